@@ -1,0 +1,118 @@
+"""`lakehouse`: the operator's command line.
+
+    lakehouse setup                 resolve the JVM packages and service jars (idempotent)
+    lakehouse services start|stop|status [kafka|postgres|connect|all]
+    lakehouse demo                  start the services and run the demo pipeline
+    lakehouse spark-submit-args     the --packages/--conf a cluster spark-submit needs
+
+`main()` only parses arguments; each command loads validated settings and calls the library.
+Errors print one line on stderr and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+
+from lakehouse import services
+from lakehouse.settings import Settings, SettingsError, load_settings, project_root
+from lakehouse.spark import build_session, session_conf
+
+SERVICE_NAMES = ("kafka", "postgres", "connect", "all")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="local", help="config overlay conf/ENV and .env.ENV")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("setup", help="resolve JVM packages and service jars into .lakehouse/")
+    svc = sub.add_parser("services", help="start, stop or inspect the local services")
+    svc.add_argument("action", choices=("start", "stop", "status"))
+    svc.add_argument("name", nargs="?", default="all", choices=SERVICE_NAMES)
+    demo = sub.add_parser("demo", help="start the services and run the demo pipeline")
+    demo.add_argument("--events", type=int, default=10, help="how many sample events (default 10)")
+    sub.add_parser("spark-submit-args", help="print the spark-submit options for a cluster")
+    return parser
+
+
+def cmd_setup(settings: Settings, _args: argparse.Namespace) -> None:
+    services.install(project_root())
+    # Creating a session once makes Ivy resolve the Delta and Kafka packages into the cache.
+    spark = build_session(settings, "lakehouse-setup")
+    try:
+        spark.range(1).count()
+    finally:
+        spark.stop()
+    print(f"JVM packages ready in {settings.spark.ivy_dir}: {', '.join(settings.spark.packages)}")
+
+
+def cmd_services(_settings: Settings, args: argparse.Namespace) -> None:
+    root = project_root()
+    starters: dict[str, Callable[[], None]] = {
+        "kafka": lambda: services.start_kafka(root),
+        "postgres": lambda: services.start_postgres(root),
+        "connect": lambda: services.start_connect(root),
+        "all": lambda: services.start_all(root),
+    }
+    stoppers: dict[str, Callable[[], None]] = {
+        "kafka": lambda: services.stop_kafka(root),
+        "postgres": lambda: services.stop_postgres(root),
+        "connect": lambda: services.stop_connect(root),
+        "all": lambda: services.stop_all(root),
+    }
+    if args.action == "start":
+        starters[args.name]()
+    elif args.action == "stop":
+        stoppers[args.name]()
+    for name, state in services.status(root).items():
+        print(f"{name:10s} {state}")
+
+
+def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
+    from lakehouse import demo
+
+    services.start_kafka(project_root())
+    spark = build_session(settings, "lakehouse-demo")
+    try:
+        demo.run(spark, settings, events=args.events)
+    finally:
+        spark.stop()
+
+
+def cmd_spark_submit_args(settings: Settings, _args: argparse.Namespace) -> None:
+    conf = session_conf(settings)
+    parts = ["--packages", conf.pop("spark.jars.packages")]
+    for key in ("spark.app.name", "spark.master", "spark.driver.host", "spark.driver.bindAddress"):
+        conf.pop(key, None)
+    for key, value in sorted(conf.items()):
+        parts += ["--conf", f"{key}={value}"]
+    print(shlex.join(parts))
+
+
+COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {
+    "setup": cmd_setup,
+    "services": cmd_services,
+    "demo": cmd_demo,
+    "spark-submit-args": cmd_spark_submit_args,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = load_settings(args.env)
+        COMMANDS[args.command](settings, args)
+    except (SettingsError, services.ServiceError) as exc:
+        print(f"lakehouse {args.command}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Spark session factory. Nothing here runs at import time: callers pass settings in.
+
+`configure_builder` follows delta's `configure_spark_with_delta_pip`: it configures a builder
+you hand it, so notebooks and tests can add their own options before `getOrCreate()`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lakehouse.settings import Settings, project_root
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# Options that make Delta behave as a lakehouse user expects, and keep small local runs fast.
+_BASE_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Event time is epoch ms; render and bucket it in UTC, never in the machine's zone.
+    "spark.sql.session.timeZone": "UTC",
+    # A small local log table does not need 50 partitions to reconstruct its snapshot.
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.adaptive.enabled": "true",
+}
+
+
+def ivy_dir(settings: Settings) -> str:
+    path = Path(settings.spark.ivy_dir)
+    return str(path if path.is_absolute() else project_root() / path)
+
+
+def session_conf(settings: Settings, app_name: str | None = None) -> dict[str, str]:
+    """Every Spark option the lakehouse sets, as a plain mapping (also used for spark-submit)."""
+    spark = settings.spark
+    conf = dict(_BASE_CONF)
+    conf.update(
+        {
+            "spark.app.name": app_name or spark.app_name,
+            "spark.jars.packages": ",".join(spark.packages),
+            "spark.jars.ivy": ivy_dir(settings),
+            "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
+            "spark.ui.enabled": str(spark.ui_enabled).lower(),
+            "spark.sql.warehouse.dir": settings.storage.path("_warehouse"),
+        }
+    )
+    if spark.master.startswith("local"):
+        conf["spark.master"] = spark.master
+        conf["spark.driver.host"] = spark.driver_host
+        conf["spark.driver.bindAddress"] = spark.driver_host
+    conf.update(spark.conf)
+    return conf
+
+
+def configure_builder(
+    builder: SparkSession.Builder, settings: Settings, app_name: str | None = None
+) -> SparkSession.Builder:
+    for key, value in session_conf(settings, app_name).items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def build_session(settings: Settings, app_name: str | None = None) -> SparkSession:
+    """The session for a job, a test or a notebook. Under spark-submit the JVM already exists
+    and the packages were resolved by spark-submit itself; the options then only fill gaps."""
+    from pyspark.sql import SparkSession
+
+    if settings.spark.master.startswith("local"):
+        # The JVM picks its own address before it reads any option: keep it on loopback.
+        os.environ.setdefault("SPARK_LOCAL_IP", settings.spark.driver_host)
+    session = configure_builder(SparkSession.builder, settings, app_name).getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
