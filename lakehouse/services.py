@@ -952,6 +952,11 @@ def _pg_layout(paths: _Paths, bindir: Path) -> _PgLayout:
 
 def _pg_prepare_dirs(layout: _PgLayout) -> None:
     for directory in (layout.base, layout.socket_dir):
+        if not directory.parent.exists():
+            # Created here, so the postgres user must be able to traverse it whatever the
+            # caller's umask is (a 0077 umask would lock the service out of its own data).
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            directory.parent.chmod(0o755)
         directory.mkdir(parents=True, exist_ok=True)
         directory.chmod(0o700)
     layout.log.parent.mkdir(parents=True, exist_ok=True)
