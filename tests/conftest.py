@@ -38,16 +38,20 @@ def running_services() -> Iterator[dict[str, str]]:
     from lakehouse import services
 
     root = project_root()
-    before = services.status(root)
+    already_up = any(state.startswith("running") for state in services.status(root).values())
     try:
         services.start_all(root)
     except services.ServiceError as exc:
+        if not already_up:
+            services.stop_all(root)  # leave no half-started stack behind
         if in_ci():
             pytest.fail(f"services did not start in CI: {exc}", pytrace=False)
         pytest.skip(f"services unavailable (run ./dev test to start them): {exc}")
-    yield services.status(root)
-    if not any(state.startswith("running") for state in before.values()):
-        services.stop_all(root)
+    try:
+        yield services.status(root)
+    finally:
+        if not already_up:
+            services.stop_all(root)
 
 
 @pytest.fixture(scope="session")
