@@ -121,3 +121,28 @@ def produce(
             f"{remaining} undelivered, errors: {errors[:3]}"
         )
     return delivered
+
+
+def alter_topic_config(
+    kafka: KafkaSettings, topic: str, config: Mapping[str, str], timeout_s: float = 30.0
+) -> None:
+    """Set topic configs (incrementally: configs not named keep their values)."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in config.items()
+        ],
+    )
+    admin = AdminClient(client_config(kafka))
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=timeout_s)

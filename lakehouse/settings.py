@@ -87,7 +87,40 @@ class KafkaSettings:
     bootstrap_servers: str = "127.0.0.1:19092"
     # Passed through unchanged to both the Spark Kafka source (prefixed `kafka.`) and the
     # Python client, e.g. security.protocol, sasl.mechanism.
-    options: dict[str, str] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+SOURCE_KINDS = ("events", "cdc")
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """One Kafka source feeding one bronze table (`conf/base/sources.yml`)."""
+
+    kind: str
+    # Exactly one of `topics` (a list) or `topic_pattern` (a Java regex).
+    topics: tuple[str, ...] = ()
+    topic_pattern: str = ""
+    # The bronze table's name; the source's own name when empty.
+    bronze_table: str = ""
+    # Upper bound of records per micro-batch (Spark's maxOffsetsPerTrigger); 0 = unbounded.
+    max_offsets_per_trigger: int = 0
+    # Micro-batch interval for `--trigger continuous`.
+    trigger_interval: str = "10 seconds"
+    # Values larger than this are kept in bronze but not parsed (flagged `oversize`).
+    max_value_bytes: int = 1_048_576
+    # Passed through to Spark's Kafka source with the `kafka.` prefix (may hold ${SECRET}s).
+    kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in SOURCE_KINDS:
+            raise ValueError(f"'kind' must be one of {', '.join(SOURCE_KINDS)}, got {self.kind!r}")
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise ValueError("set exactly one of 'topics' (a list) or 'topic_pattern' (a regex)")
+        if self.max_offsets_per_trigger < 0:
+            raise ValueError("'max_offsets_per_trigger' must be >= 0 (0 means unbounded)")
+        if self.bronze_table and not re.fullmatch(r"[a-z][a-z0-9_]*", self.bronze_table):
+            raise ValueError("'bronze_table' must be lower_snake_case")
 
 
 @dataclass(frozen=True)
@@ -112,6 +145,16 @@ class Settings:
     spark: SparkSettings = field(default_factory=SparkSettings)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     connect: ConnectSettings = field(default_factory=ConnectSettings)
+    sources: dict[str, SourceSettings] = field(default_factory=dict)
+
+    def source(self, name: str) -> SourceSettings:
+        try:
+            return self.sources[name]
+        except KeyError:
+            known = ", ".join(sorted(self.sources)) or "none"
+            raise SettingsError(
+                f"--source {name!r}: no such source in conf/*/sources.yml (known: {known})"
+            ) from None
 
 
 T = TypeVar("T")
@@ -134,7 +177,8 @@ def load_settings(
     if not re.fullmatch(r"[A-Za-z0-9_-]+", env):
         raise SettingsError(f"--env {env!r}: use letters, digits, '-' or '_' (e.g. --env local)")
     root = project_root()
-    conf = (conf_dir or root / "conf").resolve()
+    env_conf = os.environ.get("LAKEHOUSE_CONF_DIR")
+    conf = (conf_dir or (Path(env_conf) if env_conf else root / "conf")).resolve()
     if not (conf / "base").is_dir():
         raise SettingsError(
             f"{conf / 'base'}: no such directory; set LAKEHOUSE_HOME to the checkout"
@@ -246,7 +290,11 @@ def _build(cls: type[T], data: Any, origin: Mapping[str, str], prefix: str) -> T
                 kwargs[name] = _build(hints[name], {}, origin, f"{dotted}.")
             else:
                 raise SettingsError(f"{_where(origin, dotted)}: missing required key '{dotted}'")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:  # a dataclass's own cross-field check (__post_init__)
+        name = prefix.rstrip(".")
+        raise SettingsError(f"{_where(origin, name)}: '{name}': {exc}") from None
 
 
 def _coerce(hint: Any, value: Any, origin: Mapping[str, str], dotted: str) -> Any:
@@ -269,6 +317,9 @@ def _coerce(hint: Any, value: Any, origin: Mapping[str, str], dotted: str) -> An
     if kind is dict:
         if not isinstance(value, Mapping):
             raise SettingsError(f"{where}: '{dotted}' must be a mapping, got {value!r}")
+        item = typing.get_args(hint)[1]
+        if isinstance(item, type) and dataclasses.is_dataclass(item):
+            return {str(k): _build(item, v, origin, f"{dotted}.{k}.") for k, v in value.items()}
         return {str(k): _interpolate(str(v), where, f"{dotted}.{k}") for k, v in value.items()}
     if kind is tuple:
         items = value.split(",") if isinstance(value, str) else value

@@ -1,0 +1,230 @@
+"""Bronze: the raw Kafka record, kept byte-for-byte, plus lineage and parse diagnostics.
+
+Pure DataFrame -> DataFrame functions and the table's contract (schema, properties). Nothing
+here reads or writes; `lakehouse.ingest` does the I/O. A record that does not parse is never an
+exception and never dropped: `value_status` says what is wrong with it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+# Bronze is append-only and protected from resets; CDF feeds silver.
+BRONZE_PROPERTIES: dict[str, str] = {
+    "delta.appendOnly": "true",
+    "delta.enableChangeDataFeed": "true",
+    "pipelines.reset.allowed": "false",
+}
+PARTITION_COLUMNS = ("ingest_date",)
+
+# value_status values (a closed set: silver and quarantine filter on them).
+OK = "ok"
+NULL_VALUE = "null_value"  # a tombstone, or a producer that sent no value
+EMPTY_VALUE = "empty_value"
+INVALID_UTF8 = "invalid_utf8"
+INVALID_JSON = "invalid_json"  # truncated JSON, plain text, binary garbage...
+OVERSIZE = "oversize"  # kept, but larger than the source's max_value_bytes: not parsed
+TOMBSTONE = "tombstone"  # CDC: Debezium's null-value record after a delete
+UNKNOWN_OP = "unknown_op"  # CDC: an envelope whose op we do not know
+NOT_AN_ENVELOPE = "not_an_envelope"  # CDC: JSON, but neither a Debezium envelope nor flattened
+
+DEBEZIUM_OPS = ("c", "u", "d", "r", "t", "m")
+
+
+def bronze_schema(kind: str) -> StructType:
+    """The explicit schema bronze tables are created with (events, plus CDC columns)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        DateType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+            ),
+        ),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("kafka_timestamp", TimestampType()),
+        StructField("kafka_timestamp_type", IntegerType()),
+        StructField("source", StringType()),
+        StructField("ingest_time", TimestampType()),
+        StructField("ingest_date", DateType()),
+        StructField("value_size", IntegerType()),
+        StructField("value_status", StringType()),
+        # Set for rows loaded by --historical: the snapshot's Delta version (else null).
+        StructField("historical_version", LongType()),
+    ]
+    if kind == "cdc":
+        fields += [
+            StructField("cdc_op", StringType()),
+            StructField("cdc_key", StringType()),
+            StructField("cdc_lsn", LongType()),
+            StructField("cdc_source_ts_ms", LongType()),
+            StructField("cdc_table", StringType()),
+            StructField("cdc_deleted", StringType()),
+        ]
+    return StructType(fields)
+
+
+def _value_text() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("value").cast("string")
+
+
+def _event_status(max_value_bytes: int) -> Column:
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    return (
+        F.when(value.isNull(), F.lit(NULL_VALUE))
+        .when(F.length(value) == 0, F.lit(EMPTY_VALUE))
+        .when(F.length(value) > max_value_bytes, F.lit(OVERSIZE))
+        .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), F.lit(INVALID_UTF8))
+        .when(F.expr("try_parse_json(CAST(value AS STRING))").isNull(), F.lit(INVALID_JSON))
+        .otherwise(F.lit(OK))
+    )
+
+
+def _envelope_schema() -> StructType:
+    """The part of a Debezium record bronze looks at: the envelope (`op`, `source`), or the
+    ExtractNewRecordState-flattened form (`__op`, `__lsn`, ...), each bare or, with
+    schemas.enable=true, wrapped in `payload`."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    source = StructType(
+        [
+            StructField("lsn", LongType()),
+            StructField("ts_ms", LongType()),
+            StructField("schema", StringType()),
+            StructField("table", StringType()),
+            StructField("collection", StringType()),
+        ]
+    )
+    body = [
+        StructField("op", StringType()),
+        StructField("source", source),
+        StructField("__op", StringType()),
+        StructField("__lsn", LongType()),
+        StructField("__source_ts_ms", LongType()),
+        StructField("__table", StringType()),
+        StructField("__deleted", StringType()),
+    ]
+    return StructType([StructField("payload", StructType(body)), *body])
+
+
+def _cdc_columns(max_value_bytes: int) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    parsable = F.col("value").isNotNull() & (F.length(F.col("value")) <= max_value_bytes)
+    parsed = F.when(parsable, F.from_json(_value_text(), _envelope_schema()))
+    env = F.coalesce(parsed["payload"], parsed.dropFields("payload"))
+    op = F.coalesce(env["op"], env["__op"])
+    key_text = F.col("key").cast("string")
+    key_payload = F.get_json_object(key_text, "$.payload")
+    # With schemas.enable=true the key is {"schema":..,"payload":{..}}; keep the payload only,
+    # so the same row has the same cdc_key whichever converter setting produced it.
+    cdc_key = F.when(
+        F.get_json_object(key_text, "$.schema").isNotNull() & key_payload.isNotNull(),
+        key_payload,
+    ).otherwise(key_text)
+    source = env["source"]
+    table = F.when(
+        source.isNotNull(), F.concat_ws(".", source["schema"], source["table"])
+    ).otherwise(env["__table"])
+    status = (
+        F.when(F.col("value").isNull(), F.lit(TOMBSTONE))
+        .when(F.length(F.col("value")) == 0, F.lit(EMPTY_VALUE))
+        .when(F.length(F.col("value")) > max_value_bytes, F.lit(OVERSIZE))
+        .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), F.lit(INVALID_UTF8))
+        .when(parsed.isNull(), F.lit(INVALID_JSON))
+        .when(op.isNull(), F.lit(NOT_AN_ENVELOPE))
+        .when(~op.isin(*DEBEZIUM_OPS), F.lit(UNKNOWN_OP))
+        .otherwise(F.lit(OK))
+    )
+    return [
+        status.alias("value_status"),
+        F.lit(None).cast("long").alias("historical_version"),
+        op.alias("cdc_op"),
+        cdc_key.alias("cdc_key"),
+        F.coalesce(source["lsn"], env["__lsn"]).alias("cdc_lsn"),
+        F.coalesce(source["ts_ms"], env["__source_ts_ms"]).alias("cdc_source_ts_ms"),
+        table.alias("cdc_table"),
+        env["__deleted"].alias("cdc_deleted"),
+    ]
+
+
+def kafka_to_bronze(raw: DataFrame, source: str, kind: str, max_value_bytes: int) -> DataFrame:
+    """Spark Kafka source rows -> bronze rows (schema `bronze_schema(kind)`)."""
+    from pyspark.sql import functions as F
+
+    ingest_time = F.current_timestamp()
+    lineage = [
+        F.col("key"),
+        F.col("value"),
+        F.col("headers"),
+        F.col("topic"),
+        F.col("partition"),
+        F.col("offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.col("timestampType").alias("kafka_timestamp_type"),
+        F.lit(source).alias("source"),
+        ingest_time.alias("ingest_time"),
+        F.to_date(ingest_time).alias("ingest_date"),
+        F.length(F.col("value")).cast("int").alias("value_size"),
+    ]
+    if kind == "cdc":
+        return raw.select(*lineage, *_cdc_columns(max_value_bytes))
+    return raw.select(
+        *lineage,
+        _event_status(max_value_bytes).alias("value_status"),
+        F.lit(None).cast("long").alias("historical_version"),
+    )
+
+
+def historical_to_bronze(
+    snapshot: DataFrame, source: str, kind: str, version: int, max_value_bytes: int
+) -> DataFrame:
+    """A Delta snapshot -> bronze rows. Kafka-shaped snapshots (with `value`, and optionally
+    key/topic/partition/offset/timestamp) keep those columns; any other table is serialized
+    row by row to JSON as the value, so bronze always holds the record as a consumer saw it."""
+    from pyspark.sql import functions as F
+
+    names = set(snapshot.columns)
+    if "value" in names:
+        value = F.col("value").cast("binary")
+    else:
+        value = F.to_json(F.struct(*[F.col(c) for c in snapshot.columns])).cast("binary")
+
+    def pick(name: str, cast: str) -> Column:
+        return F.col(name).cast(cast) if name in names else F.lit(None).cast(cast)
+
+    raw = snapshot.select(
+        pick("key", "binary").alias("key"),
+        value.alias("value"),
+        F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers"),
+        pick("topic", "string").alias("topic"),
+        pick("partition", "int").alias("partition"),
+        pick("offset", "long").alias("offset"),
+        pick("timestamp", "timestamp").alias("timestamp"),
+        pick("timestampType", "int").alias("timestampType"),
+    )
+    bronze = kafka_to_bronze(raw, source, kind, max_value_bytes)
+    return bronze.withColumn("historical_version", F.lit(version).cast("long"))

@@ -1,0 +1,107 @@
+"""What every spark-submit job shares: common flags, the session lifecycle, and one clear
+stderr line with a distinct exit code per kind of failure."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from lakehouse.offsets import DataLossError, StartFromError, parse_start_from
+from lakehouse.settings import Settings, SettingsError, load_settings
+from lakehouse.tables import ProtectedTableError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the job ran and failed (Spark error): see the log above the last line
+EXIT_USAGE = 2  # a bad flag or config: nothing was run
+EXIT_DATA_LOSS = 3  # Kafka no longer holds needed offsets: nothing was written
+EXIT_PROTECTED = 4  # a destructive operation on a protected table was refused
+
+
+def base_parser(job: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=job, description=description)
+    parser.add_argument("--env", default="local", help="config overlay conf/ENV and .env.ENV")
+    parser.add_argument(
+        "--trigger",
+        default="available-now",
+        choices=("available-now", "continuous"),
+        help="available-now: process what is there and exit (default); "
+        "continuous: micro-batches until SIGTERM",
+    )
+    return parser
+
+
+def ingest_parser(job: str, description: str) -> argparse.ArgumentParser:
+    parser = base_parser(job, description)
+    parser.add_argument("--source", required=True, help="a source from conf/*/sources.yml")
+    parser.add_argument(
+        "--start-from",
+        type=_start_from,
+        default=None,
+        help='earliest | latest | bronze | offsets={"topic":{"0":42}} | timestamp=MS '
+        "(only for a new checkpoint; default: the checkpoint, else earliest)",
+    )
+    parser.add_argument(
+        "--historical",
+        metavar="PATH_OR_TABLE",
+        help="load this Delta snapshot into bronze first, then go live from --start-from",
+    )
+    parser.add_argument(
+        "--allow-data-loss",
+        action="store_true",
+        help="continue past offsets Kafka has expired (the gap is recorded)",
+    )
+    return parser
+
+
+def _start_from(text: str) -> object:
+    try:
+        return parse_start_from(text)
+    except StartFromError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def run_job(
+    job: str,
+    env: str,
+    body: Callable[[SparkSession, Settings], T],
+    argv_for_log: Sequence[str] | None = None,
+) -> int:
+    """Load settings, build the session, run `body`, always stop the session."""
+    from lakehouse.spark import build_session
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = load_settings(env)
+    except SettingsError as exc:
+        return _fail(job, exc, EXIT_USAGE)
+    spark = build_session(settings, job)
+    try:
+        body(spark, settings)
+    except (SettingsError, StartFromError, ValueError) as exc:
+        return _fail(job, exc, EXIT_USAGE)
+    except DataLossError as exc:
+        return _fail(job, exc, EXIT_DATA_LOSS)
+    except ProtectedTableError as exc:
+        return _fail(job, exc, EXIT_PROTECTED)
+    except Exception as exc:
+        logging.getLogger(job).exception("job failed")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return _fail(job, f"{type(exc).__name__}: {first}", EXIT_FAILED)
+    finally:
+        spark.stop()
+    return EXIT_OK
+
+
+def _fail(job: str, message: object, code: int) -> int:
+    print(f"{job}: {message}", file=sys.stderr)
+    return code

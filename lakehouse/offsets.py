@@ -1,0 +1,217 @@
+"""Offsets are ours: start modes, where a checkpoint resumes, what bronze already holds, and
+which ranges Kafka has already expired.
+
+Offsets are `{topic: {partition: next_offset_to_read}}` throughout (Kafka's convention).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lakehouse.settings import KafkaSettings, SourceSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Offsets = dict[str, dict[int, int]]
+
+START_MODES = ("earliest", "latest", "bronze", "offsets=JSON", "timestamp=MS")
+
+
+class StartFromError(ValueError):
+    """A --start-from value that cannot be used; the message says which form is expected."""
+
+
+class DataLossError(RuntimeError):
+    """Kafka no longer holds offsets the job needs (retention). Names every missing range."""
+
+    def __init__(self, gaps: list[Gap]) -> None:
+        self.gaps = gaps
+        ranges = "; ".join(gap.describe() for gap in gaps)
+        super().__init__(
+            f"Kafka no longer holds offsets this job needs (expired by retention): {ranges}. "
+            "Nothing was written. Re-run with --allow-data-loss to continue from the earliest "
+            "available offsets; the gap is then recorded in _system/ingest_log"
+        )
+
+
+@dataclass(frozen=True)
+class StartFrom:
+    mode: str  # earliest | latest | bronze | offsets | timestamp
+    offsets: Offsets | None = None
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Gap:
+    topic: str
+    partition: int
+    first_missing: int
+    last_missing: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.topic} partition {self.partition} offsets "
+            f"{self.first_missing}..{self.last_missing} "
+            f"({self.last_missing - self.first_missing + 1} records)"
+        )
+
+
+def parse_start_from(text: str) -> StartFrom:
+    if text in ("earliest", "latest", "bronze"):
+        return StartFrom(text)
+    if text.startswith("offsets="):
+        try:
+            raw = json.loads(text[len("offsets=") :])
+            offsets = {
+                str(topic): {int(p): int(o) for p, o in parts.items()}
+                for topic, parts in raw.items()
+            }
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise StartFromError(
+                f'--start-from {text!r}: expected offsets={{"topic":{{"0":42}}}} '
+                f"(JSON of topic -> partition -> next offset): {exc}"
+            ) from None
+        if any(o < 0 for parts in offsets.values() for o in parts.values()):
+            raise StartFromError(f"--start-from {text!r}: offsets must be >= 0")
+        return StartFrom("offsets", offsets=offsets)
+    if text.startswith("timestamp="):
+        value = text[len("timestamp=") :]
+        if not re.fullmatch(r"\d{1,15}", value):
+            raise StartFromError(
+                f"--start-from {text!r}: expected timestamp=MS (epoch milliseconds, e.g. "
+                "timestamp=1767225600000)"
+            )
+        return StartFrom("timestamp", timestamp_ms=int(value))
+    raise StartFromError(f"--start-from {text!r}: use one of {' | '.join(START_MODES)}")
+
+
+def to_spark_json(offsets: Offsets) -> str:
+    return json.dumps(
+        {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(offsets.items())}
+    )
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file:")
+
+
+def _local(path: str) -> Path:
+    return Path(path[len("file:") :] if path.startswith("file:") else path)
+
+
+def checkpoint_exists(checkpoint: str) -> bool:
+    if _is_local(checkpoint):
+        return (_local(checkpoint) / "offsets").is_dir()
+    raise NotImplementedError("remote checkpoints: inspected through Hadoop FS")  # pragma: no cover
+
+
+def checkpoint_resume_offsets(checkpoint: str) -> Offsets | None:
+    """Where a restarted query will read from: the end offsets of the last *committed* batch
+    (an uncommitted batch is re-planned from the same start). None if nothing committed yet."""
+    root = _local(checkpoint)
+    commits = [int(p.name) for p in (root / "commits").glob("[0-9]*") if p.name.isdigit()]
+    if not commits:
+        return None
+    offsets_file = root / "offsets" / str(max(commits))
+    # Spark's offset log: a version line, a metadata line, then one JSON line per source.
+    lines = offsets_file.read_text(encoding="utf-8").splitlines()
+    source_line = next((line for line in lines[2:] if line.startswith("{")), None)
+    if source_line is None:
+        return None
+    raw = json.loads(source_line)
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
+
+
+def bronze_resume_offsets(spark: SparkSession, bronze_path: str) -> Offsets:
+    """One past the highest offset already in bronze, per topic partition (historical rows
+    without Kafka lineage are ignored)."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        spark.read.format("delta")
+        .load(bronze_path)
+        .where(F.col("offset").isNotNull() & F.col("partition").isNotNull())
+        .groupBy("topic", "partition")
+        .agg(F.max("offset").alias("max_offset"))
+        .collect()
+    )
+    result: Offsets = {}
+    for row in rows:
+        result.setdefault(row["topic"], {})[int(row["partition"])] = int(row["max_offset"]) + 1
+    return result
+
+
+def topic_partitions(kafka: KafkaSettings, source: SourceSettings) -> dict[str, list[int]]:
+    """The partitions the source reads now (topic list or pattern)."""
+    from confluent_kafka.admin import AdminClient
+
+    from lakehouse.kafka import client_config
+
+    meta = AdminClient(client_config(kafka, **source.kafka_options)).list_topics(timeout=30)
+    if source.topics:
+        wanted = [t for t in source.topics if t in meta.topics]
+    else:
+        pattern = re.compile(source.topic_pattern)
+        wanted = sorted(t for t in meta.topics if pattern.fullmatch(t))
+    return {t: sorted(meta.topics[t].partitions) for t in wanted}
+
+
+def watermarks(
+    kafka: KafkaSettings, source: SourceSettings, partitions: Mapping[str, Iterable[int]]
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(low, high) per partition: the earliest offset still held, and the next to be written."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from lakehouse.kafka import client_config
+
+    consumer = Consumer(
+        client_config(kafka, **{**source.kafka_options, "group.id": "lakehouse-watermarks"})
+    )
+    try:
+        result: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic, parts in partitions.items():
+            for partition in parts:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=30, cached=False
+                )
+                result[(topic, partition)] = (int(low), int(high))
+        return result
+    finally:
+        consumer.close()
+
+
+def find_gaps(needed: Offsets, marks: Mapping[tuple[str, int], tuple[int, int]]) -> list[Gap]:
+    """Ranges between where we must resume and the earliest offset Kafka still holds."""
+    gaps: list[Gap] = []
+    for topic, parts in sorted(needed.items()):
+        for partition, next_offset in sorted(parts.items()):
+            low, _high = marks.get((topic, partition), (0, 0))
+            if next_offset < low:
+                gaps.append(Gap(topic, partition, next_offset, low - 1))
+    return gaps
+
+
+def complete(start: Offsets, partitions: Mapping[str, Iterable[int]], default: int = -2) -> Offsets:
+    """Spark wants an offset for every partition it assigns: fill the ones the start does not
+    name with `default` (-2 = earliest, -1 = latest)."""
+    result: Offsets = {}
+    for topic, parts in partitions.items():
+        given = start.get(topic, {})
+        result[topic] = {p: given.get(p, default) for p in parts}
+    return result
+
+
+def clamp_to_available(start: Offsets, marks: Mapping[tuple[str, int], tuple[int, int]]) -> Offsets:
+    """With --allow-data-loss: start each partition at max(wanted, earliest available)."""
+    return {
+        topic: {
+            p: (o if o < 0 else max(o, marks.get((topic, p), (0, 0))[0])) for p, o in parts.items()
+        }
+        for topic, parts in start.items()
+    }

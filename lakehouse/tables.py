@@ -1,0 +1,140 @@
+"""Delta table I/O: where tables live, creating them with their contract, reset protection and
+the `_system` tables operators read (ingest handoffs, gaps, protection changes)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+LAYERS = ("bronze", "silver", "gold", "offline", "_system")
+_NAME = re.compile(r"(?P<layer>bronze|silver|gold|offline|_system)\.(?P<table>[a-z][a-z0-9_]*)")
+
+RESET_ALLOWED = "pipelines.reset.allowed"
+
+
+class ProtectedTableError(RuntimeError):
+    """A destructive operation on a protected table was refused."""
+
+
+def table_path(settings: Settings, name: str) -> str:
+    """`bronze.orders` -> `<root>/bronze/orders`."""
+    match = _NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(
+            f"table name {name!r}: use LAYER.TABLE with LAYER one of {', '.join(LAYERS)} "
+            "and a lower_snake_case table, e.g. bronze.orders"
+        )
+    return settings.storage.path(match["layer"], match["table"])
+
+
+def checkpoint_path(settings: Settings, job: str, name: str) -> str:
+    return settings.storage.path("_checkpoints", job, name)
+
+
+def exists(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def create_table(
+    spark: SparkSession,
+    path: str,
+    schema: StructType,
+    properties: Mapping[str, str],
+    partition_by: Sequence[str] = (),
+) -> None:
+    """Create the table with an explicit schema and properties unless it exists (idempotent;
+    concurrent creators are fine: Delta lets exactly one of them commit version 0)."""
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+    for key, value in properties.items():
+        builder = builder.property(key, value)
+    if partition_by:
+        builder = builder.partitionedBy(*partition_by)
+    builder.execute()
+
+
+def properties(spark: SparkSession, path: str) -> dict[str, str]:
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, path).detail().collect()[0]
+    return dict(detail["properties"] or {})
+
+
+def require_resettable(spark: SparkSession, path: str, operation: str) -> None:
+    """Our own check before any destructive command: a protected table refuses loudly
+    (Spark Declarative Pipelines would silently skip it)."""
+    if not exists(spark, path):
+        return
+    props = properties(spark, path)
+    if (
+        props.get(RESET_ALLOWED, "true").lower() == "false"
+        or props.get("delta.appendOnly", "false").lower() == "true"
+    ):
+        raise ProtectedTableError(
+            f"{operation} refused: {path} is protected ({RESET_ALLOWED}=false, "
+            "delta.appendOnly=true) because its data may no longer exist in Kafka. "
+            "If you really mean it, lift protection first: lakehouse unprotect TABLE --reason ..."
+        )
+
+
+def system_log_path(settings: Settings, log: str) -> str:
+    return settings.storage.path("_system", log)
+
+
+def append_system_log(
+    spark: SparkSession, settings: Settings, log: str, record: Mapping[str, Any]
+) -> None:
+    """Append one event to `_system/<log>` (who, when, what as JSON): an audit trail that
+    notebooks and `lakehouse status` read."""
+    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+    schema = StructType(
+        [
+            StructField("at", TimestampType()),
+            StructField("user", StringType()),
+            StructField("event", StringType()),
+            StructField("subject", StringType()),
+            StructField("details", StringType()),
+        ]
+    )
+    row = (
+        datetime.now(UTC).replace(tzinfo=None),
+        getpass.getuser(),
+        str(record["event"]),
+        str(record["subject"]),
+        json.dumps({k: v for k, v in record.items() if k not in ("event", "subject")}, default=str),
+    )
+    path = system_log_path(settings, log)
+    create_table(spark, path, schema, {"delta.appendOnly": "true"})
+    spark.createDataFrame([row], schema).write.format("delta").mode("append").save(path)
+
+
+def read_system_log(
+    spark: SparkSession, settings: Settings, log: str, subject: str
+) -> list[dict[str, Any]]:
+    path = system_log_path(settings, log)
+    if not exists(spark, path):
+        return []
+    from pyspark.sql import functions as F
+
+    rows = (
+        spark.read.format("delta")
+        .load(path)
+        .where(F.col("subject") == subject)
+        .orderBy("at")
+        .collect()
+    )
+    return [{"event": r["event"], "at": r["at"], **json.loads(r["details"])} for r in rows]

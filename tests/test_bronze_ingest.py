@@ -1,0 +1,255 @@
+"""Bronze ingest against the real broker and real Delta tables."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from lakehouse import kafka, tables
+from lakehouse.offsets import DataLossError, Gap, StartFrom, StartFromError, watermarks
+from lakehouse.settings import Settings
+from tests.bronze_helpers import bronze, new_source, run_ingest, run_job
+
+LINEAGE = StructType(
+    [
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("value_status", StringType()),
+    ]
+)
+OFFSETS = StructType([StructField("partition", IntegerType()), StructField("offset", LongType())])
+
+
+def lineage(spark: SparkSession, settings: Settings, name: str):  # type: ignore[no-untyped-def]
+    return bronze(spark, settings, name).select(
+        "partition", "offset", "key", "value", "value_status"
+    )
+
+
+def test_bad_input_lands_in_bronze_byte_for_byte(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(kafka_up, max_value_bytes=64)
+    corpus: list[tuple[bytes | None, bytes | None]] = [
+        (b"k1", b'{"order_id": 1, "amount": 9.5}'),  # fine
+        (b"k2", b"this is not json"),
+        (b"k3", b'{"order_id": 3, "amou'),  # truncated
+        (b"k4", b""),  # empty value
+        (b"k5", None),  # null value
+        (None, b'{"order_id": 6}'),  # null key, fine value
+        (b"k7", b"\xff\xfe\x00garbage\x9c"),  # binary garbage
+        (b"k8", json.dumps({"pad": "x" * 100}).encode()),  # bigger than max_value_bytes
+    ]
+    kafka.produce(settings.kafka, topic, [(k, v, 0) for k, v in corpus])
+
+    result = run_ingest(spark, settings, name)
+
+    statuses = [
+        "ok",
+        "invalid_json",
+        "invalid_json",
+        "empty_value",
+        "null_value",
+        "ok",
+        "invalid_utf8",
+        "oversize",
+    ]
+    expected = spark.createDataFrame(
+        [
+            (0, i, None if k is None else bytearray(k), None if v is None else bytearray(v), s)
+            for i, ((k, v), s) in enumerate(zip(corpus, statuses, strict=True))
+        ],
+        LINEAGE,
+    )
+    assert_df_equality(
+        lineage(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    assert (result.rows, result.gaps) == (8, [])
+
+
+def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)])
+    run_ingest(spark, settings, name)
+    path = settings.storage.path("bronze", name)
+    props = tables.properties(spark, path)
+    assert {k: props[k] for k in ("delta.appendOnly", "delta.enableChangeDataFeed")} == {
+        "delta.appendOnly": "true",
+        "delta.enableChangeDataFeed": "true",
+    }
+    assert props["pipelines.reset.allowed"] == "false"
+    row = bronze(spark, settings, name).collect()[0]
+    assert (row["topic"], row["source"], row["value_size"], row["historical_version"]) == (
+        topic,
+        name,
+        2,
+        None,
+    )
+    assert row["ingest_date"] == row["ingest_time"].date()
+
+
+def test_available_now_is_incremental_and_replay_free(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    name, topic, settings = new_source(kafka_up, partitions=2)
+    kafka.produce(settings.kafka, topic, [(None, b'{"n":1}', p) for p in (0, 1, 1)])
+    run_ingest(spark, settings, name)
+    run_ingest(spark, settings, name)  # nothing new: nothing written twice
+    kafka.produce(settings.kafka, topic, [(None, b'{"n":2}', 0)])
+    run_ingest(spark, settings, name)
+    assert_df_equality(
+        bronze(spark, settings, name).select("partition", "offset"),
+        spark.createDataFrame([(0, 0), (1, 0), (1, 1), (0, 1)], OFFSETS),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_lost_checkpoint_resumes_from_bronze(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(kafka_up, partitions=2)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", i % 2) for i in range(6)])
+    run_ingest(spark, settings, name)
+    shutil.rmtree(tables.checkpoint_path(settings, "ingest", name))
+    kafka.produce(settings.kafka, topic, [(None, b"{}", i % 2) for i in range(4)])
+
+    run_ingest(spark, settings, name, start_from=StartFrom("bronze"))
+
+    assert_df_equality(
+        bronze(spark, settings, name).select("partition", "offset"),
+        spark.createDataFrame([(p, o) for p in (0, 1) for o in range(5)], OFFSETS),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_start_from_is_refused_when_a_checkpoint_exists(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0)])
+    run_ingest(spark, settings, name)
+    with pytest.raises(StartFromError, match="already records where"):
+        run_ingest(spark, settings, name, start_from=StartFrom("earliest"))
+
+
+def test_start_from_explicit_offsets_and_timestamp(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(5)])
+    run_ingest(spark, settings, name, start_from=StartFrom("offsets", offsets={topic: {0: 3}}))
+    assert_df_equality(
+        bronze(spark, settings, name).select("partition", "offset"),
+        spark.createDataFrame([(0, 3), (0, 4)], OFFSETS),
+        ignore_nullable=True,
+        ignore_row_order=True,
+    )
+
+    name2, topic2, settings2 = new_source(kafka_up)
+    kafka.produce(settings2.kafka, topic2, [(None, b"{}", 0) for _ in range(2)])
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    kafka.produce(settings2.kafka, topic2, [(None, b"{}", 0) for _ in range(3)])
+    run_ingest(spark, settings2, name2, start_from=StartFrom("timestamp", timestamp_ms=cut))
+    assert_df_equality(
+        bronze(spark, settings2, name2).select("partition", "offset"),
+        spark.createDataFrame([(0, 2), (0, 3), (0, 4)], OFFSETS),
+        ignore_nullable=True,
+        ignore_row_order=True,
+    )
+
+
+def test_historical_snapshot_then_live(spark: SparkSession, kafka_up: Settings) -> None:
+    """A snapshot holds what offsets 0..41 carried; live starts at 42: each record once."""
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(
+        settings.kafka, topic, [(None, json.dumps({"n": i}).encode(), 0) for i in range(50)]
+    )
+    snapshot = settings.storage.path("snapshots", name)
+    spark.createDataFrame(
+        [(topic, 0, i, json.dumps({"n": i})) for i in range(42)],
+        "topic string, partition int, offset long, value string",
+    ).write.format("delta").save(snapshot)
+
+    options = {"historical": snapshot}
+    start = StartFrom("offsets", offsets={topic: {0: 42}})
+    first = run_ingest(spark, settings, name, start_from=start, **options)
+
+    rows = bronze(spark, settings, name).selectExpr(
+        "offset", "CAST(value AS STRING) AS value", "historical_version"
+    )
+    expected = spark.createDataFrame(
+        [(i, json.dumps({"n": i}), 0 if i < 42 else None) for i in range(50)],
+        "offset long, value string, historical_version long",
+    )
+    assert_df_equality(rows, expected, ignore_row_order=True, ignore_nullable=True)
+    assert first.historical_rows == 42
+    handoff = [
+        (e["event"], e.get("version"), e.get("rows"), e.get("first_live_offsets"))
+        for e in tables.read_system_log(spark, settings, "ingest_log", name)
+    ]
+    assert handoff == [
+        ("historical_loaded", 0, 42, None),
+        ("live_started", None, None, {topic: {"0": 42}}),
+    ]
+
+
+def test_expired_offsets_refused_then_recorded(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(
+        kafka_up,
+        topic_config={"retention.ms": "1000", "segment.ms": "300"},
+    )
+    # Three waves roll three segments (segment.ms); only closed segments expire.
+    for _wave in range(3):
+        kafka.produce(settings.kafka, topic, [(None, b"x" * 20, 0) for _ in range(10)])
+        time.sleep(0.5)
+    deadline = time.monotonic() + 90
+    low = 0
+    while time.monotonic() < deadline:
+        marks = watermarks(settings.kafka, settings.sources[name], {topic: [0]})
+        low = marks[(topic, 0)][0]
+        if low > 0:
+            break
+        time.sleep(1)
+    assert low > 0, "the broker never deleted the expired segments"
+    # Freeze retention, then add live records: the gap is now stable and known.
+    kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "-1"})
+    time.sleep(6)  # one retention check interval, so a deletion already decided is done
+    low = watermarks(settings.kafka, settings.sources[name], {topic: [0]})[(topic, 0)][0]
+    kafka.produce(settings.kafka, topic, [(None, b"live", 0) for _ in range(5)])
+
+    start = StartFrom("offsets", offsets={topic: {0: 0}})
+    with pytest.raises(DataLossError) as err:
+        run_ingest(spark, settings, name, start_from=start)
+    assert err.value.gaps == [Gap(topic, 0, 0, low - 1)]
+    assert f"{topic} partition 0 offsets 0..{low - 1}" in str(err.value)
+    assert bronze(spark, settings, name).count() == 0  # nothing written
+
+    result = run_ingest(spark, settings, name, start_from=start, allow_data_loss=True)
+    assert result.gaps == [Gap(topic, 0, 0, low - 1)]
+    offsets_seen = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
+    assert offsets_seen == list(range(low, 35))
+    gaps = [
+        (e["event"], e["first_missing"], e["last_missing"])
+        for e in tables.read_system_log(spark, settings, "ingest_log", name)
+    ]
+    assert gaps == [("gap", 0, low - 1)]
+
+
+def test_bad_flag_fails_fast_with_one_line(tmp_path: Path) -> None:
+    done = run_job("ingest_events", ["--source", "orders", "--start-from", "yesterday"], {})
+    assert done.returncode == 2
+    assert "--start-from 'yesterday': use one of earliest | latest | bronze" in done.stderr
