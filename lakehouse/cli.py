@@ -4,6 +4,8 @@
     lakehouse services start|stop|status [kafka|postgres|connect|all]
     lakehouse demo                  start the services and run the demo pipeline
     lakehouse spark-submit-args     the --packages/--conf a cluster spark-submit needs
+    lakehouse reset TABLE           full refresh (refused for protected tables such as bronze)
+    lakehouse unprotect TABLE --reason TEXT / lakehouse protect TABLE   (recorded)
 
 `main()` only parses arguments; each command loads validated settings and calls the library.
 Errors print one line on stderr and exit non-zero.
@@ -16,10 +18,14 @@ import logging
 import shlex
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from lakehouse import services
+from lakehouse import services, tables
 from lakehouse.settings import Settings, SettingsError, load_settings, project_root
 from lakehouse.spark import build_session, session_conf
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SERVICE_NAMES = ("kafka", "postgres", "connect", "all")
 
@@ -35,6 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="start the services and run the demo pipeline")
     demo.add_argument("--events", type=int, default=10, help="how many sample events (default 10)")
     sub.add_parser("spark-submit-args", help="print the spark-submit options for a cluster")
+    reset = sub.add_parser("reset", help="full refresh of a table (refused if protected)")
+    reset.add_argument("table", help="LAYER.TABLE, e.g. silver.orders")
+    unprotect = sub.add_parser("unprotect", help="lift reset protection (recorded)")
+    unprotect.add_argument("table")
+    unprotect.add_argument("--reason", required=True, help="why; kept in _system/protection_log")
+    protect = sub.add_parser("protect", help="restore reset protection (recorded)")
+    protect.add_argument("table")
     return parser
 
 
@@ -92,11 +105,51 @@ def cmd_spark_submit_args(settings: Settings, _args: argparse.Namespace) -> None
     print(shlex.join(parts))
 
 
+def _with_session(settings: Settings, name: str, body: Callable[[SparkSession], None]) -> None:
+    spark = build_session(settings, name)
+    try:
+        body(spark)
+    finally:
+        spark.stop()
+
+
+def cmd_reset(settings: Settings, args: argparse.Namespace) -> None:
+    table = args.table
+    checkpoints = [
+        tables.checkpoint_path(settings, "ingest", name)
+        for name, source in settings.sources.items()
+        if f"bronze.{source.bronze_table or name}" == table
+    ]
+    _with_session(
+        settings, "lakehouse-reset", lambda s: tables.reset(s, settings, table, checkpoints)
+    )
+    print(f"{table}: reset (data and {len(checkpoints)} checkpoint(s) removed)")
+
+
+def cmd_unprotect(settings: Settings, args: argparse.Namespace) -> None:
+    def body(spark: SparkSession) -> None:
+        version = tables.unprotect(spark, settings, args.table, args.reason)
+        print(f"{args.table}: protection lifted at version {version} (recorded)")
+
+    _with_session(settings, "lakehouse-unprotect", body)
+
+
+def cmd_protect(settings: Settings, args: argparse.Namespace) -> None:
+    def body(spark: SparkSession) -> None:
+        version = tables.protect(spark, settings, args.table)
+        print(f"{args.table}: protected again at version {version} (recorded)")
+
+    _with_session(settings, "lakehouse-protect", body)
+
+
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {
     "setup": cmd_setup,
     "services": cmd_services,
     "demo": cmd_demo,
     "spark-submit-args": cmd_spark_submit_args,
+    "reset": cmd_reset,
+    "unprotect": cmd_unprotect,
+    "protect": cmd_protect,
 }
 
 
@@ -108,7 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args.env)
         COMMANDS[args.command](settings, args)
-    except (SettingsError, services.ServiceError) as exc:
+    except tables.ProtectedTableError as exc:
+        print(f"lakehouse {args.command}: {exc}", file=sys.stderr)
+        return 4
+    except (SettingsError, services.ServiceError, ValueError) as exc:
         print(f"lakehouse {args.command}: {exc}", file=sys.stderr)
         return 2
     return 0

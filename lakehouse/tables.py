@@ -86,7 +86,8 @@ def require_resettable(spark: SparkSession, path: str, operation: str) -> None:
         raise ProtectedTableError(
             f"{operation} refused: {path} is protected ({RESET_ALLOWED}=false, "
             "delta.appendOnly=true) because its data may no longer exist in Kafka. "
-            "If you really mean it, lift protection first: lakehouse unprotect TABLE --reason ..."
+            "If you really mean it, lift protection first (recorded): "
+            "lakehouse unprotect TABLE --reason '...'"
         )
 
 
@@ -138,3 +139,66 @@ def read_system_log(
         .collect()
     )
     return [{"event": r["event"], "at": r["at"], **json.loads(r["details"])} for r in rows]
+
+
+PROTECTION_LOG = "protection_log"
+PROTECTED = {"delta.appendOnly": "true", RESET_ALLOWED: "false"}
+UNPROTECTED = {"delta.appendOnly": "false", RESET_ALLOWED: "true"}
+
+
+def _set_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> int:
+    from delta.tables import DeltaTable
+
+    assignments = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({assignments})")
+    return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+
+
+def unprotect(spark: SparkSession, settings: Settings, name: str, reason: str) -> int:
+    """Lift reset protection: an explicit, recorded operator action. Returns the table version."""
+    if not reason.strip():
+        raise ValueError("unprotect needs --reason: say why, it goes to _system/protection_log")
+    path = _existing(spark, settings, name)
+    version = _set_properties(spark, path, UNPROTECTED)
+    append_system_log(
+        spark,
+        settings,
+        PROTECTION_LOG,
+        {"event": "unprotect", "subject": name, "reason": reason, "version": version},
+    )
+    return version
+
+
+def protect(spark: SparkSession, settings: Settings, name: str) -> int:
+    path = _existing(spark, settings, name)
+    version = _set_properties(spark, path, PROTECTED)
+    append_system_log(
+        spark, settings, PROTECTION_LOG, {"event": "protect", "subject": name, "version": version}
+    )
+    return version
+
+
+def reset(spark: SparkSession, settings: Settings, name: str, checkpoints: Sequence[str]) -> None:
+    """Full refresh: drop the table's data and the checkpoints that feed it. Refused for a
+    protected table; allowed (and recorded) once an operator has lifted protection."""
+    path = _existing(spark, settings, name)
+    require_resettable(spark, path, f"reset of {name}")
+    for location in (path, *checkpoints):
+        delete_path(spark, location)
+    append_system_log(spark, settings, PROTECTION_LOG, {"event": "reset", "subject": name})
+
+
+def delete_path(spark: SparkSession, path: str) -> None:
+    """Recursive delete through Hadoop's FileSystem, so s3a:// works like a local path."""
+    context: Any = spark.sparkContext  # py4j handles are untyped
+    hadoop_path = context._jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(context._jsc.hadoopConfiguration())
+    if fs.exists(hadoop_path):
+        fs.delete(hadoop_path, True)
+
+
+def _existing(spark: SparkSession, settings: Settings, name: str) -> str:
+    path = table_path(settings, name)
+    if not exists(spark, path):
+        raise ValueError(f"{name}: no Delta table at {path}")
+    return path
