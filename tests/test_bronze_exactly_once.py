@@ -1,0 +1,71 @@
+"""Exactly once under crashes: SIGKILL the continuous ingest job at random moments while a
+producer writes into several partitions; every (topic, partition, offset) ends in bronze once."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from lakehouse import kafka
+from lakehouse.settings import Settings
+from tests.bronze_helpers import bronze, job_env, new_source, run_ingest, start_job
+
+TOTAL = 6000
+CHUNK = 100
+
+
+def test_sigkill_mid_batch_loses_and_duplicates_nothing(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    name, topic, settings = new_source(kafka_up, partitions=3)
+    delivered: list[tuple[int, int]] = []
+    failures: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for start in range(0, TOTAL, CHUNK):
+                records = [
+                    (str(i).encode(), f'{{"n":{i}}}'.encode(), i % 3)
+                    for i in range(start, start + CHUNK)
+                ]
+                delivered.extend(kafka.produce(settings.kafka, topic, records))
+                time.sleep(0.6)
+        except BaseException as exc:  # surfaced by the assertion below
+            failures.append(exc)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    rng = random.Random(7)  # noqa: S311 - test timing, not security
+    env = job_env(settings, name, topic)
+    progress: list[int] = []
+    log = tmp_path / "ingest.log"
+    for _kill in range(5):
+        job = start_job("ingest_events", ["--source", name, "--trigger", "continuous"], env, log)
+        time.sleep(rng.uniform(14.0, 22.0))  # JVM start ~7s, then batches
+        assert job.poll() is None, f"the job exited by itself; see {log}"
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=30)
+        progress.append(bronze(spark, settings, name).count())
+    producer.join(timeout=120)
+    assert not failures, failures
+
+    # Catch up what is left, in this process, from the same checkpoint.
+    run_ingest(spark, settings, name)
+
+    assert len(delivered) == TOTAL
+    assert progress == sorted(progress)
+    assert progress[-1] > 0, "the killed jobs never committed anything"
+    expected = spark.createDataFrame(delivered, "partition int, offset long")
+    assert_df_equality(
+        bronze(spark, settings, name).select("partition", "offset"),
+        expected,
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
