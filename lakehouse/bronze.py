@@ -83,12 +83,6 @@ def bronze_schema(kind: str) -> StructType:
     return StructType(fields)
 
 
-def _value_text() -> Column:
-    from pyspark.sql import functions as F
-
-    return F.col("value").cast("string")
-
-
 def _event_status(max_value_bytes: int) -> Column:
     from pyspark.sql import functions as F
 
@@ -103,40 +97,23 @@ def _event_status(max_value_bytes: int) -> Column:
     )
 
 
-def _envelope_schema() -> StructType:
-    """The part of a Debezium record bronze looks at: the envelope (`op`, `source`), or the
-    ExtractNewRecordState-flattened form (`__op`, `__lsn`, ...), each bare or, with
-    schemas.enable=true, wrapped in `payload`."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    source = StructType(
-        [
-            StructField("lsn", LongType()),
-            StructField("ts_ms", LongType()),
-            StructField("schema", StringType()),
-            StructField("table", StringType()),
-            StructField("collection", StringType()),
-        ]
-    )
-    body = [
-        StructField("op", StringType()),
-        StructField("source", source),
-        StructField("__op", StringType()),
-        StructField("__lsn", LongType()),
-        StructField("__source_ts_ms", LongType()),
-        StructField("__table", StringType()),
-        StructField("__deleted", StringType()),
-    ]
-    return StructType([StructField("payload", StructType(body)), *body])
-
-
 def _cdc_columns(max_value_bytes: int) -> list[Column]:
+    """CDC convenience columns, from one parse of the value into a VARIANT. A Debezium record
+    is the envelope (`op`, `source`), or the ExtractNewRecordState-flattened row (`__op`,
+    `__lsn`, ...), each bare or, with schemas.enable=true, wrapped in `payload`."""
     from pyspark.sql import functions as F
 
-    parsable = F.col("value").isNotNull() & (F.length(F.col("value")) <= max_value_bytes)
-    parsed = F.when(parsable, F.from_json(_value_text(), _envelope_schema()))
-    env = F.coalesce(parsed["payload"], parsed.dropFields("payload"))
-    op = F.coalesce(env["op"], env["__op"])
+    value = F.col("value")
+    parsable = value.isNotNull() & (F.length(value) <= max_value_bytes)
+    variant = F.when(parsable, F.expr("try_parse_json(CAST(value AS STRING))"))
+
+    def field(path: str, kind: str) -> Column:
+        def get(at: str) -> Column:
+            return F.try_variant_get(variant, at, kind)
+
+        return F.coalesce(get(f"$.payload.{path}"), get(f"$.{path}"))
+
+    op = F.coalesce(field("op", "string"), field("__op", "string"))
     key_text = F.col("key").cast("string")
     key_payload = F.get_json_object(key_text, "$.payload")
     # With schemas.enable=true the key is {"schema":..,"payload":{..}}; keep the payload only,
@@ -145,16 +122,13 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
         F.get_json_object(key_text, "$.schema").isNotNull() & key_payload.isNotNull(),
         key_payload,
     ).otherwise(key_text)
-    source = env["source"]
-    table = F.when(
-        source.isNotNull(), F.concat_ws(".", source["schema"], source["table"])
-    ).otherwise(env["__table"])
+    schema, table = field("source.schema", "string"), field("source.table", "string")
     status = (
-        F.when(F.col("value").isNull(), F.lit(TOMBSTONE))
-        .when(F.length(F.col("value")) == 0, F.lit(EMPTY_VALUE))
-        .when(F.length(F.col("value")) > max_value_bytes, F.lit(OVERSIZE))
+        F.when(value.isNull(), F.lit(TOMBSTONE))
+        .when(F.length(value) == 0, F.lit(EMPTY_VALUE))
+        .when(F.length(value) > max_value_bytes, F.lit(OVERSIZE))
         .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), F.lit(INVALID_UTF8))
-        .when(parsed.isNull(), F.lit(INVALID_JSON))
+        .when(variant.isNull(), F.lit(INVALID_JSON))
         .when(op.isNull(), F.lit(NOT_AN_ENVELOPE))
         .when(~op.isin(*DEBEZIUM_OPS), F.lit(UNKNOWN_OP))
         .otherwise(F.lit(OK))
@@ -164,10 +138,14 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
         F.lit(None).cast("long").alias("historical_version"),
         op.alias("cdc_op"),
         cdc_key.alias("cdc_key"),
-        F.coalesce(source["lsn"], env["__lsn"]).alias("cdc_lsn"),
-        F.coalesce(source["ts_ms"], env["__source_ts_ms"]).alias("cdc_source_ts_ms"),
-        table.alias("cdc_table"),
-        env["__deleted"].alias("cdc_deleted"),
+        F.coalesce(field("source.lsn", "long"), field("__lsn", "long")).alias("cdc_lsn"),
+        F.coalesce(field("source.ts_ms", "long"), field("__source_ts_ms", "long")).alias(
+            "cdc_source_ts_ms"
+        ),
+        F.when(table.isNotNull(), F.concat_ws(".", schema, table))
+        .otherwise(field("__table", "string"))
+        .alias("cdc_table"),
+        field("__deleted", "string").alias("cdc_deleted"),
     ]
 
 
