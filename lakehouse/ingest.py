@@ -87,10 +87,10 @@ def ingest(
             )
         result.historical_rows = load_historical(spark, settings, options, source, path)
 
-    partitions = offsets.topic_partitions(settings.kafka, source)
     start = options.start_from or StartFrom("earliest")
-    starting, needed = _starting_offsets(spark, start, path, checkpoint, partitions)
-    marks = offsets.watermarks(settings.kafka, source, partitions)
+    starting, needed = _starting_offsets(spark, settings, source, start, path, checkpoint)
+    # Only ask Kafka for watermarks when there is an offset we rely on it still holding.
+    marks = offsets.watermarks(settings.kafka, source, needed) if needed else {}
     gaps = offsets.find_gaps(needed, marks)
     if gaps:
         if not options.allow_data_loss:
@@ -121,14 +121,20 @@ def ingest(
 
 def _starting_offsets(
     spark: SparkSession,
+    settings: Settings,
+    source: SourceSettings,
     start: StartFrom,
     path: str,
     checkpoint: str,
-    partitions: dict[str, list[int]],
 ) -> tuple[Offsets | str | None, Offsets]:
     """(what to give Spark as startingOffsets, the offsets we need Kafka to still hold)."""
     if offsets.checkpoint_exists(checkpoint):
         return None, offsets.checkpoint_resume_offsets(checkpoint) or {}
+    if start.mode in ("earliest", "latest"):
+        return start.mode, {}
+    if start.mode == "timestamp":
+        return None, {}  # Kafka resolves the timestamp to offsets it still holds
+    partitions = offsets.topic_partitions(settings.kafka, source)
     if start.mode == "offsets":
         assert start.offsets is not None
         unknown = sorted(set(start.offsets) - set(partitions))
@@ -138,12 +144,8 @@ def _starting_offsets(
             )
         explicit = offsets.complete(start.offsets, partitions)
         return explicit, {t: {p: o for p, o in ps.items() if o >= 0} for t, ps in explicit.items()}
-    if start.mode == "bronze":
-        resume = offsets.complete(offsets.bronze_resume_offsets(spark, path), partitions)
-        return resume, {t: {p: o for p, o in ps.items() if o >= 0} for t, ps in resume.items()}
-    if start.mode in ("earliest", "latest"):
-        return start.mode, {}
-    return None, {}  # timestamp: Kafka resolves it to offsets it still has
+    resume = offsets.complete(offsets.bronze_resume_offsets(spark, path), partitions)
+    return resume, {t: {p: o for p, o in ps.items() if o >= 0} for t, ps in resume.items()}
 
 
 def _read_kafka(
@@ -195,13 +197,16 @@ def _write_bronze(
 
 
 def _await(query: StreamingQuery, trigger: str) -> None:
-    """Wait for the query. In continuous mode SIGTERM/SIGINT stop it cleanly after the batch
-    in flight (Delta commits are atomic, so a harder kill loses nothing either)."""
+    """Wait for the query. In continuous mode SIGTERM/SIGINT stop it and exit 0; a batch in
+    flight is not committed and is redone on restart (Delta commits are atomic and the sink
+    idempotent, so even SIGKILL loses or duplicates nothing)."""
     stop = threading.Event()
     previous: dict[signal.Signals, Any] = {}
+    name = query.name
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %s: stopping %s after the current micro-batch", signum, query.name)
+        # No py4j call in here: the main thread may be inside one (it is not reentrant).
+        log.info("signal %s: stopping %s; a batch in flight is redone on restart", signum, name)
         stop.set()
 
     if trigger == "continuous" and threading.current_thread() is threading.main_thread():

@@ -24,6 +24,8 @@ _BASE_CONF: dict[str, str] = {
     # A small local log table does not need 50 partitions to reconstruct its snapshot.
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.adaptive.enabled": "true",
+    # Jobs write logs, not terminals: no progress bars interleaved with log lines.
+    "spark.ui.showConsoleProgress": "false",
 }
 
 

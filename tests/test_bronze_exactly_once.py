@@ -69,3 +69,28 @@ def test_sigkill_mid_batch_loses_and_duplicates_nothing(
         ignore_row_order=True,
         ignore_nullable=True,
     )
+
+
+def test_sigterm_stops_continuous_cleanly(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(10)])
+    log = tmp_path / "ingest.log"
+    job = start_job(
+        "ingest_events",
+        ["--source", name, "--trigger", "continuous"],
+        job_env(settings, name, topic),
+        log,
+    )
+    deadline = time.monotonic() + 90
+    committed = 0
+    while time.monotonic() < deadline and committed < 10:
+        time.sleep(1)
+        path = settings.storage.path("bronze", name)
+        if Path(path, "_delta_log").exists():
+            committed = bronze(spark, settings, name).count()
+    assert committed == 10, f"continuous job did not ingest; see {log}"
+    job.send_signal(signal.SIGTERM)  # to the Python driver only, as a scheduler would
+    assert job.wait(timeout=60) == 0, log.read_text()[-2000:]
+    assert bronze(spark, settings, name).count() == 10

@@ -1,0 +1,185 @@
+"""Bronze ingest throughput: `ingest_events` against a minimal hand-written
+readStream.format("kafka") -> writeStream.format("delta") job, same pre-loaded topic, same
+session, alternating runs.
+
+    .venv/bin/python bench/bronze_ingest.py --events 1000000 --rounds 3
+
+Reports records/s, CPU-seconds per million records (driver JVM + Python), files written and
+the ratio ours/baseline. Needs Kafka (started here if it is not running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from lakehouse import kafka, services
+from lakehouse.ingest import IngestOptions, ingest
+from lakehouse.settings import Settings, SourceSettings, load_settings, project_root
+from lakehouse.spark import build_session
+
+PARTITIONS = 2
+MAX_OFFSETS_PER_TRIGGER = 500_000
+
+
+def preload(settings: Settings, topic: str, events: int) -> None:
+    from confluent_kafka import Producer
+
+    kafka.ensure_topic(settings.kafka, topic, partitions=PARTITIONS)
+    producer = Producer(
+        kafka.client_config(
+            settings.kafka, **{"linger.ms": 50, "batch.size": 1_000_000, "acks": "all"}
+        )
+    )
+    for i in range(events):
+        value = json.dumps(
+            {
+                "order_id": i,
+                "customer_id": i % 997,
+                "order_status": "paid",
+                "amount": 12.5,
+                "ts": 1_767_225_600_000 + i,
+            }
+        ).encode()
+        while True:
+            try:
+                producer.produce(topic, value=value, key=str(i).encode(), partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("preload did not finish")
+
+
+def cpu_seconds(jvm_pid: int) -> float:
+    """utime+stime of the driver JVM (all executor threads live there in local mode) + us."""
+    fields = Path(f"/proc/{jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    jvm = (int(fields[11]) + int(fields[12])) / ticks
+    own = os.times()
+    return jvm + own.user + own.system
+
+
+def files_in(path: str) -> int:
+    return sum(1 for p in Path(path).rglob("*.parquet"))
+
+
+def baseline(spark: Any, settings: Settings, topic: str, out: str) -> None:
+    (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER))
+        .load()
+        .writeStream.format("delta")
+        .option("checkpointLocation", out + "_checkpoint")
+        .trigger(availableNow=True)
+        .start(out)
+        .awaitTermination()
+    )
+
+
+def measure(
+    label: str, run: Callable[[], str], events: int, jvm_pid: int
+) -> dict[str, float | str]:
+    cpu0, t0 = cpu_seconds(jvm_pid), time.perf_counter()
+    path = run()
+    wall = time.perf_counter() - t0
+    cpu = cpu_seconds(jvm_pid) - cpu0
+    return {
+        "job": label,
+        "seconds": round(wall, 2),
+        "records_per_s": round(events / wall),
+        "cpu_s_per_million": round(cpu / events * 1e6, 1),
+        "files": files_in(path),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    services.start_kafka(project_root())
+    work = tempfile.mkdtemp(prefix="bench-bronze-")
+    settings = load_settings("test", overrides={"storage.root": work})
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    t0 = time.perf_counter()
+    preload(settings, topic, args.events)
+    print(f"preloaded {args.events} events into {topic} in {time.perf_counter() - t0:.1f}s")
+
+    spark = build_session(settings, "bench-bronze-ingest")
+    context: Any = spark.sparkContext  # py4j handles are untyped
+    jvm_pid = int(context._jvm.ProcessHandle.current().pid())
+    results: list[dict[str, float | str]] = []
+    try:
+        # Warm-up (not reported): JIT, class loading and Kafka page cache for both jobs.
+        baseline(spark, settings, topic, f"{work}/warmup")
+        warm = SourceSettings(
+            kind="events", topics=(topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
+        )
+        ingest(
+            spark, replace(settings, sources={"warmup": warm}), IngestOptions("warmup"), "events"
+        )
+        for round_no in range(args.rounds):
+            name = f"bench{round_no}"
+            source = SourceSettings(
+                kind="events", topics=(topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
+            )
+            ours_settings = replace(settings, sources={name: source})
+
+            def ours(n: str = name, s: Settings = ours_settings) -> str:
+                ingest(spark, s, IngestOptions(n), "events")
+                return s.storage.path("bronze", n)
+
+            def base(r: int = round_no) -> str:
+                out = f"{work}/baseline{r}"
+                baseline(spark, settings, topic, out)
+                return out
+
+            pair: list[tuple[str, Callable[[], str]]] = [
+                ("ingest_events", ours),
+                ("baseline", base),
+            ]
+            if round_no % 2:
+                pair.reverse()  # alternate who goes first (page cache, JIT warm-up)
+            for label, run in pair:
+                result = measure(label, run, args.events, jvm_pid)
+                results.append(result)
+                print(json.dumps(result))
+    finally:
+        spark.stop()
+
+    def median(job: str, key: str) -> float:
+        return statistics.median(float(r[key]) for r in results if r["job"] == job)
+
+    ours_rps, base_rps = (
+        median("ingest_events", "records_per_s"),
+        median("baseline", "records_per_s"),
+    )
+    print(
+        f"\nmedian records/s: ingest_events {ours_rps:,.0f}, baseline {base_rps:,.0f}, "
+        f"ratio {ours_rps / base_rps:.2f} (goal >= 0.90)"
+    )
+    print(
+        f"median CPU-s per million: ingest_events {median('ingest_events', 'cpu_s_per_million')}, "
+        f"baseline {median('baseline', 'cpu_s_per_million')}"
+    )
+    kafka.delete_topics(settings.kafka, [topic])
+
+
+if __name__ == "__main__":
+    main()
