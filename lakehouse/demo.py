@@ -1,5 +1,6 @@
-"""The demo pipeline (foundation stage): produce sample `orders` events to Kafka, read them back
-with Spark's Kafka source, write them to a Delta table and show what landed."""
+"""The demo pipeline: sample `orders` events into Kafka, through `ingest_events`, into the
+append-only bronze table, shown with their lineage and parse status. (Silver, gold and the
+offline/hybrid steps join as they land.)"""
 
 from __future__ import annotations
 
@@ -7,15 +8,14 @@ import json
 import logging
 import random
 from dataclasses import dataclass
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from lakehouse import kafka
 from lakehouse.settings import Settings
-from lakehouse.transforms import decode_json_value
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -29,20 +29,6 @@ class DemoResult:
     rows_this_run: int
     rows_in_table: int
     delta_version: int
-
-
-def orders_schema() -> StructType:
-    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
-
-    return StructType(
-        [
-            StructField("order_id", LongType()),
-            StructField("customer_id", LongType()),
-            StructField("order_status", StringType()),
-            StructField("amount", DoubleType()),
-            StructField("ts", LongType()),
-        ]
-    )
 
 
 def sample_orders(count: int, first_id: int, start_ms: int, seed: int) -> list[dict[str, object]]:
@@ -59,51 +45,53 @@ def sample_orders(count: int, first_id: int, start_ms: int, seed: int) -> list[d
     ]
 
 
-def read_topic_range(
-    spark: SparkSession, settings: Settings, topic: str, start: dict[int, int], end: dict[int, int]
-) -> DataFrame:
-    """A bounded batch read of exactly [start, end) per partition."""
-    return (
-        spark.read.format("kafka")
-        .options(**kafka.spark_options(settings.kafka))
-        .option("subscribe", topic)
-        .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
-        .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}}))
-        .load()
-    )
-
-
 def run(spark: SparkSession, settings: Settings, events: int = 10) -> DemoResult:
-    from delta.tables import DeltaTable
+    """Produce sample orders (plus one malformed message) to the `orders` topic, run the real
+    `ingest_events` path into bronze.orders, and show what landed."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.ingest import IngestOptions, bronze_path, ingest
 
     kafka.ensure_topic(settings.kafka, DEMO_TOPIC, partitions=2)
     before = kafka.end_offsets(settings.kafka, DEMO_TOPIC)
     first_id = 1000 + sum(before.values())
     orders = sample_orders(events, first_id, start_ms=1_767_225_600_000, seed=first_id)
-    kafka.produce(
-        settings.kafka,
-        DEMO_TOPIC,
-        [(str(o["order_id"]).encode(), json.dumps(o).encode(), None) for o in orders],
-    )
-    after = kafka.end_offsets(settings.kafka, DEMO_TOPIC)
-    raw = read_topic_range(spark, settings, DEMO_TOPIC, before, after)
-    decoded = decode_json_value(raw, orders_schema())
+    records: list[tuple[bytes | None, bytes | None, int | None]] = [
+        (str(o["order_id"]).encode(), json.dumps(o).encode(), None) for o in orders
+    ]
+    records.append((b"broken", b'{"order_id": 99, "amou', None))  # kept, flagged, not lost
+    kafka.produce(settings.kafka, DEMO_TOPIC, records)
 
-    path = settings.storage.path("_demo", "orders")
-    decoded.write.format("delta").mode("append").save(path)
+    from delta.tables import DeltaTable
+
+    result = ingest(spark, settings, IngestOptions("orders"), "events")
+    path = bronze_path(settings, "orders", settings.source("orders"))
     table = spark.read.format("delta").load(path)
-    this_run = table.where(table.order_id >= first_id).orderBy("order_id")
-    print(
-        f"\nDemo: {events} events produced to Kafka topic '{DEMO_TOPIC}', read by Spark, "
-        f"appended to Delta table {path}\n"
+    # This run's rows: at or past the end offsets seen before producing, per partition.
+    this_run = table.where(
+        reduce(
+            lambda acc, po: acc | ((F.col("partition") == po[0]) & (F.col("offset") >= po[1])),
+            before.items(),
+            F.lit(False),
+        )
     )
-    this_run.select(
-        "topic", "partition", "offset", "order_id", "customer_id", "order_status", "amount", "ts"
-    ).show(events, truncate=False)
+    print(
+        f"\nDemo: {len(records)} messages produced to Kafka topic '{DEMO_TOPIC}' and ingested "
+        f"by ingest_events into bronze.orders ({path})\n"
+    )
+    this_run.orderBy("partition", "offset").select(
+        "partition",
+        "offset",
+        F.col("key").cast("string").alias("key"),
+        F.col("value").cast("string").alias("value"),
+        "value_status",
+        "ingest_date",
+    ).show(len(records), truncate=60)
     version = DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
-    result = DemoResult(path, this_run.count(), table.count(), int(version))
+    demo = DemoResult(path, this_run.count(), table.count(), int(version))
     print(
-        f"rows this run: {result.rows_this_run}, rows in table: {result.rows_in_table}, "
-        f"Delta version: {result.delta_version}"
+        f"rows this run: {demo.rows_this_run} (ingest read {result.rows}), "
+        f"rows in bronze.orders: {demo.rows_in_table}, Delta version: {demo.delta_version}"
     )
-    return result
+    table.groupBy("value_status").count().orderBy("value_status").show()
+    return demo

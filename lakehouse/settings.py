@@ -65,7 +65,12 @@ class StorageSettings:
     root: str = "data/lakehouse"
 
     def path(self, *parts: str) -> str:
-        return "/".join([self.root.rstrip("/"), *parts])
+        """A location under the root. A relative local root is taken from the checkout
+        (`LAKEHOUSE_HOME`), so every job resolves the same tables whatever its working dir."""
+        base = self.root
+        if "://" not in base and not base.startswith(("/", "file:")):
+            base = str(project_root() / base)
+        return "/".join([base.rstrip("/"), *parts])
 
 
 @dataclass(frozen=True)
