@@ -58,6 +58,8 @@ def create_table(
     concurrent creators are fine: Delta lets exactly one of them commit version 0)."""
     from delta.tables import DeltaTable
 
+    if _has_delta_log(spark, path):
+        return  # the common case for a scheduled job: a file-system check, not a log replay
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in properties.items():
         builder = builder.property(key, value)
@@ -186,6 +188,14 @@ def reset(spark: SparkSession, settings: Settings, name: str, checkpoints: Seque
     for location in (path, *checkpoints):
         delete_path(spark, location)
     append_system_log(spark, settings, PROTECTION_LOG, {"event": "reset", "subject": name})
+
+
+def _has_delta_log(spark: SparkSession, path: str) -> bool:
+    context: Any = spark.sparkContext  # py4j handles are untyped
+    log = context._jvm.org.apache.hadoop.fs.Path(
+        f"{path.rstrip('/')}/_delta_log/00000000000000000000.json"
+    )
+    return bool(log.getFileSystem(context._jsc.hadoopConfiguration()).exists(log))
 
 
 def delete_path(spark: SparkSession, path: str) -> None:
