@@ -1,7 +1,8 @@
 """Debezium CDC topics -> bronze (append-only Delta, raw envelope kept, exactly once).
 
-spark-submit $(lakehouse spark-submit-args) jobs/ingest_cdc.py --source customers
-.venv/bin/python jobs/ingest_cdc.py --source customers --trigger continuous
+    source .venv/bin/activate
+    spark-submit --master 'local[2]' $(lakehouse spark-submit-args) jobs/ingest_cdc.py --source customers
+    python jobs/ingest_cdc.py --source customers --trigger continuous
 """
 
 from __future__ import annotations
@@ -11,14 +12,9 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lakehouse.ingest import IngestOptions, ingest
-    from lakehouse.jobs import ingest_parser, run_job
+    from lakehouse.jobs import ingest_main
 
-    args = ingest_parser("ingest_cdc", __doc__.splitlines()[0]).parse_args(argv)
-    options = IngestOptions(
-        args.source, args.start_from, args.trigger, args.historical, args.allow_data_loss
-    )
-    return run_job("ingest_cdc", args.env, lambda s, c: ingest(s, c, options, "cdc"))
+    return ingest_main("ingest_cdc", "cdc", __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

@@ -105,3 +105,14 @@ def run_job(
 def _fail(job: str, message: object, code: int) -> int:
     print(f"{job}: {message}", file=sys.stderr)
     return code
+
+
+def ingest_main(job: str, kind: str, description: str, argv: Sequence[str] | None) -> int:
+    """`main()` of ingest_events and ingest_cdc: the same flags, a different source kind."""
+    from lakehouse.ingest import IngestOptions, ingest
+
+    args = ingest_parser(job, description).parse_args(argv)
+    options = IngestOptions(
+        args.source, args.start_from, args.trigger, args.historical, args.allow_data_loss
+    )
+    return run_job(job, args.env, lambda spark, settings: ingest(spark, settings, options, kind))
