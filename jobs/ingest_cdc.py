@@ -1,7 +1,8 @@
 """Debezium CDC topics -> bronze (append-only Delta, raw envelope kept, exactly once).
 
     source .venv/bin/activate
-    spark-submit --master 'local[2]' $(lakehouse spark-submit-args) jobs/ingest_cdc.py --source customers
+    spark-submit --master 'local[2]' $(lakehouse spark-submit-args) \
+        jobs/ingest_cdc.py --source customers
     python jobs/ingest_cdc.py --source customers --trigger continuous
 """
 

@@ -1,7 +1,8 @@
 """Kafka JSON events -> bronze (append-only Delta, raw bytes kept, exactly once).
 
     source .venv/bin/activate
-    spark-submit --master 'local[2]' $(lakehouse spark-submit-args) jobs/ingest_events.py --source orders
+    spark-submit --master 'local[2]' $(lakehouse spark-submit-args) \
+        jobs/ingest_events.py --source orders
     python jobs/ingest_events.py --source orders --trigger continuous
 """
 
