@@ -1,4 +1,4 @@
-"""Debezium CDC topics -> bronze (append-only Delta, raw envelope kept, exactly once).
+r"""Debezium CDC topics -> bronze (append-only Delta, raw envelope kept, exactly once).
 
     source .venv/bin/activate
     spark-submit --master 'local[2]' $(lakehouse spark-submit-args) \

@@ -1,4 +1,4 @@
-"""Kafka JSON events -> bronze (append-only Delta, raw bytes kept, exactly once).
+r"""Kafka JSON events -> bronze (append-only Delta, raw bytes kept, exactly once).
 
     source .venv/bin/activate
     spark-submit --master 'local[2]' $(lakehouse spark-submit-args) \
