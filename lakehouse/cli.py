@@ -4,6 +4,7 @@
     lakehouse services start|stop|status [kafka|postgres|connect|all]
     lakehouse demo                  start the services and run the demo pipeline
     lakehouse spark-submit-args     the --packages/--conf a cluster spark-submit needs
+    lakehouse status                services, and per source what bronze holds
     lakehouse reset TABLE           full refresh (refused for protected tables such as bronze)
     lakehouse unprotect TABLE --reason TEXT / lakehouse protect TABLE   (recorded)
 
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="start the services and run the demo pipeline")
     demo.add_argument("--events", type=int, default=10, help="how many sample events (default 10)")
     sub.add_parser("spark-submit-args", help="print the spark-submit options for a cluster")
+    sub.add_parser("status", help="services, and per source what bronze holds")
     reset = sub.add_parser("reset", help="full refresh of a table (refused if protected)")
     reset.add_argument("table", help="LAYER.TABLE, e.g. silver.orders")
     unprotect = sub.add_parser("unprotect", help="lift reset protection (recorded)")
@@ -113,6 +115,18 @@ def _with_session(settings: Settings, name: str, body: Callable[[SparkSession], 
         spark.stop()
 
 
+def cmd_status(settings: Settings, _args: argparse.Namespace) -> None:
+    from lakehouse.status import bronze_summary
+
+    for name, state in services.status(project_root()).items():
+        print(f"{name:10s} {state}")
+    _with_session(
+        settings,
+        "lakehouse-status",
+        lambda spark: bronze_summary(spark, settings).show(truncate=False),
+    )
+
+
 def cmd_reset(settings: Settings, args: argparse.Namespace) -> None:
     table = args.table
     checkpoints = [
@@ -147,6 +161,7 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {
     "services": cmd_services,
     "demo": cmd_demo,
     "spark-submit-args": cmd_spark_submit_args,
+    "status": cmd_status,
     "reset": cmd_reset,
     "unprotect": cmd_unprotect,
     "protect": cmd_protect,

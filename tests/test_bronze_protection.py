@@ -106,3 +106,27 @@ def test_reset_after_unprotect_removes_data_and_checkpoint(
         spark.createDataFrame([(0,)], "offset long"),
         ignore_nullable=True,
     )
+
+
+def test_status_summarises_each_source(spark: SparkSession, kafka_up: Settings) -> None:
+    from datetime import datetime
+
+    from pyspark.sql import functions as F
+
+    from lakehouse.status import SUMMARY_SCHEMA, bronze_summary
+
+    name, topic, settings = new_source(kafka_up, partitions=2)
+    kafka.produce(settings.kafka, topic, [(b"a", b'{"a":1}', 0), (b"b", b"oops", 1)])
+    run_ingest(spark, settings, name)
+    idle, _, settings = new_source(settings)  # configured, never ingested
+    summary = bronze_summary(spark, settings).where(F.col("source").isin(name, idle))
+    last = bronze(spark, settings, name).agg(F.max("ingest_time")).collect()[0][0]
+    assert isinstance(last, datetime)
+    expected = spark.createDataFrame(
+        [
+            (name, f"bronze.{name}", 2, 1, 2, last, True, 0),
+            (idle, f"bronze.{idle}", 0, 0, 0, None, None, 0),
+        ],
+        SUMMARY_SCHEMA,
+    )
+    assert_df_equality(summary, expected, ignore_row_order=True, ignore_nullable=True)
