@@ -1,0 +1,168 @@
+"""Expectations: one projection names every failed rule per row; actions split the batch."""
+
+from __future__ import annotations
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from lakehouse.expectations import (
+    FAILED,
+    Expectation,
+    ExpectationError,
+    ExpectationFailed,
+    check_fail_rules,
+    evaluate,
+    great_expectation_sql,
+    kept,
+    metrics,
+    quarantined,
+)
+
+ORDERS = "order_id long, status string, amount double"
+RULES = [
+    Expectation("amount_non_negative", "amount >= 0", "warn"),
+    Expectation(
+        "known_status",
+        great_expectation_sql(
+            "known_status",
+            "expect_column_values_to_be_in_set",
+            {"column": "status", "value_set": ["paid", "shipped"]},
+        ),
+        "quarantine",
+    ),
+    Expectation(
+        "has_id",
+        great_expectation_sql(
+            "has_id", "expect_column_values_to_not_be_null", {"column": "order_id"}
+        ),
+        "drop",
+    ),
+]
+
+
+def orders(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame(
+        [
+            (1, "paid", 10.0),  # passes everything
+            (2, "lost", 5.0),  # unknown status -> quarantine
+            (3, "paid", -1.0),  # negative -> warn only
+            (None, "shipped", 1.0),  # no id -> drop
+            (5, None, None),  # NULL status and amount: both rules fail (NULL is not a pass)
+        ],
+        ORDERS,
+    )
+
+
+def test_evaluate_names_failed_rules_per_row(spark: SparkSession) -> None:
+    expected = spark.createDataFrame(
+        [
+            (1, "paid", 10.0, []),
+            (2, "lost", 5.0, ["known_status"]),
+            (3, "paid", -1.0, ["amount_non_negative"]),
+            (None, "shipped", 1.0, ["has_id"]),
+            (5, None, None, ["amount_non_negative", "known_status"]),
+        ],
+        f"{ORDERS}, {FAILED} array<string>",
+    )
+    assert_df_equality(
+        evaluate(orders(spark), RULES), expected, ignore_row_order=True, ignore_nullable=True
+    )
+
+
+def test_actions_split_the_batch(spark: SparkSession) -> None:
+    evaluated = evaluate(orders(spark), RULES)
+    assert_df_equality(
+        kept(evaluated, RULES).drop(FAILED),
+        spark.createDataFrame([(1, "paid", 10.0), (3, "paid", -1.0)], ORDERS),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    assert_df_equality(
+        quarantined(evaluated, RULES).drop(FAILED),
+        spark.createDataFrame([(2, "lost", 5.0), (5, None, None)], ORDERS),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    assert metrics(evaluated, RULES) == {
+        "amount_non_negative": (3, 2),
+        "known_status": (3, 2),
+        "has_id": (4, 1),
+    }
+
+
+def test_fail_rule_stops_with_rule_count_and_sample(spark: SparkSession) -> None:
+    rules = [Expectation("positive_amount", "amount > 0", "fail")]
+    evaluated = evaluate(orders(spark).where("order_id IN (1, 3)"), rules)
+    with pytest.raises(ExpectationFailed) as err:
+        check_fail_rules(evaluated, rules, metrics(evaluated, rules))
+    assert (err.value.rule, err.value.failed) == ("positive_amount", 1)
+    assert err.value.sample == [{"order_id": 3, "status": "paid", "amount": -1.0}]
+    assert "nothing of this batch was committed" in str(err.value)
+
+
+def test_fail_rule_passes_silently_when_met(spark: SparkSession) -> None:
+    rules = [Expectation("positive_amount", "amount > 0", "fail")]
+    evaluated = evaluate(orders(spark).where("order_id = 1"), rules)
+    check_fail_rules(evaluated, rules, metrics(evaluated, rules))
+
+
+@pytest.mark.parametrize(
+    ("kind", "args", "sql"),
+    [
+        (
+            "expect_column_values_to_be_between",
+            {"column": "amount", "min_value": 0},
+            "`amount` >= 0",
+        ),
+        (
+            "expect_column_values_to_be_between",
+            {"column": "amount", "min_value": 0, "max_value": 9.5},
+            "`amount` >= 0 AND `amount` <= 9.5",
+        ),
+        (
+            "expect_column_values_to_match_regex",
+            {"column": "s", "regex": "^a'b$"},
+            "`s` RLIKE '^a\\'b$'",
+        ),
+        (
+            "expect_column_values_to_be_in_set",
+            {"column": "s", "value_set": ["x", 1]},
+            "`s` IN ('x', 1)",
+        ),
+    ],
+)
+def test_great_expectations_translation(kind: str, args: dict[str, object], sql: str) -> None:
+    assert great_expectation_sql("rule", kind, args) == sql
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Expectation("Bad Name", "x > 0"), "use lower_snake_case"),
+        (lambda: Expectation("r", "x > 0", "explode"), "action 'explode' is not one of"),
+        (lambda: Expectation("r", "  "), "empty rule"),
+        (
+            lambda: great_expectation_sql("r", "expect_table_row_count_to_equal", {"column": "a"}),
+            "unsupported Great Expectations type",
+        ),
+        (
+            lambda: great_expectation_sql(
+                "r", "expect_column_values_to_not_be_null", {"column": "a;"}
+            ),
+            "'column' must name a column",
+        ),
+    ],
+)
+def test_malformed_declarations_are_named(build: object, message: str) -> None:
+    with pytest.raises(ExpectationError, match=message):
+        build()  # type: ignore[operator]
+
+
+def test_no_expectations_keeps_everything(spark: SparkSession) -> None:
+    evaluated = evaluate(orders(spark), [])
+    assert_df_equality(
+        kept(evaluated, []).drop(FAILED), orders(spark), ignore_row_order=True, ignore_nullable=True
+    )
+    assert [r[FAILED] for r in evaluated.collect()] == [[]] * 5
+    assert metrics(evaluated, []) == {}
