@@ -253,3 +253,34 @@ def test_bad_flag_fails_fast_with_one_line(tmp_path: Path) -> None:
     done = run_job("ingest_events", ["--source", "orders", "--start-from", "yesterday"], {})
     assert done.returncode == 2
     assert "--start-from 'yesterday': use one of earliest | latest | bronze" in done.stderr
+
+
+def test_expired_offsets_after_the_checkpoint_are_named(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """The restart path: the checkpoint says resume at 5, retention already removed 5..low-1."""
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(5)])
+    run_ingest(spark, settings, name)  # checkpoint: next offset 5
+    kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "1000", "segment.ms": "300"})
+    for _wave in range(3):
+        kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(5)])
+        time.sleep(0.5)
+    deadline, low = time.monotonic() + 90, 0
+    while time.monotonic() < deadline and low <= 5:
+        time.sleep(1)
+        low = watermarks(settings.kafka, settings.sources[name], {topic: [0]})[(topic, 0)][0]
+    assert low > 5, "the broker never deleted the expired segments"
+    kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "-1"})
+    time.sleep(6)
+    low = watermarks(settings.kafka, settings.sources[name], {topic: [0]})[(topic, 0)][0]
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(2)])
+    end = 22
+
+    with pytest.raises(DataLossError) as err:
+        run_ingest(spark, settings, name)
+    assert err.value.gaps == [Gap(topic, 0, 5, low - 1)]
+
+    run_ingest(spark, settings, name, allow_data_loss=True)
+    offsets_seen = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
+    assert offsets_seen == [*range(5), *range(low, end)]
