@@ -284,3 +284,19 @@ def test_expired_offsets_after_the_checkpoint_are_named(
     run_ingest(spark, settings, name, allow_data_loss=True)
     offsets_seen = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
     assert offsets_seen == [*range(5), *range(low, end)]
+
+
+@pytest.mark.parametrize("mode", ["earliest", "latest"])
+def test_first_run_with_nothing_new_still_pins_the_start(
+    spark: SparkSession, kafka_up: Settings, mode: str
+) -> None:
+    """A first run that finds nothing to read must still record where it started, or the next
+    run (no flag, checkpoint present) would silently begin at 'latest' and skip records."""
+    name, topic, settings = new_source(kafka_up)
+    before = 3 if mode == "latest" else 0
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(before)])
+    run_ingest(spark, settings, name, start_from=StartFrom(mode))
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(2)])
+    run_ingest(spark, settings, name)
+    offsets_seen = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
+    assert offsets_seen == ([3, 4] if mode == "latest" else [0, 1])
