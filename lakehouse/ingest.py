@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from lakehouse import bronze, offsets, tables
+from lakehouse import bronze, kafka, offsets, tables
 from lakehouse.kafka import spark_options
 from lakehouse.offsets import DataLossError, Offsets, StartFrom, StartFromError
 from lakehouse.settings import Settings, SettingsError, SourceSettings
@@ -72,7 +72,7 @@ def ingest(
     tables.create_table(
         spark, path, bronze.bronze_schema(kind), bronze.BRONZE_PROPERTIES, bronze.PARTITION_COLUMNS
     )
-    has_checkpoint = offsets.checkpoint_exists(checkpoint)
+    has_checkpoint = offsets.checkpoint_exists(spark, checkpoint)
     if has_checkpoint and (options.start_from is not None or options.historical):
         raise StartFromError(
             f"checkpoint {checkpoint} already records where {options.source!r} resumes, so "
@@ -88,9 +88,12 @@ def ingest(
         result.historical_rows = load_historical(spark, settings, options, source, path)
 
     start = options.start_from or StartFrom("earliest")
-    starting, needed = _starting_offsets(spark, settings, source, start, path, checkpoint)
+    if has_checkpoint:
+        starting, needed = None, offsets.checkpoint_resume_offsets(spark, checkpoint) or {}
+    else:
+        starting, needed = _starting_offsets(spark, settings, source, start, path)
     # Only ask Kafka for watermarks when there is an offset we rely on it still holding.
-    marks = offsets.watermarks(settings.kafka, source, needed) if needed else {}
+    marks = kafka.watermarks(settings.kafka, needed, source.kafka_options) if needed else {}
     gaps = offsets.find_gaps(needed, marks)
     if gaps:
         if not options.allow_data_loss:
@@ -113,9 +116,10 @@ def ingest(
     rows = bronze.kafka_to_bronze(stream, options.source, kind, source.max_value_bytes)
     query = _write_bronze(rows, path, checkpoint, options, source)
     _await(query, options.trigger)
-    for progress in query.recentProgress:
-        result.batches += 1
-        result.rows += int(progress.get("numInputRows", 0) if isinstance(progress, dict) else 0)
+    # Spark keeps the last 100 progress reports: exact for available-now, recent for continuous.
+    progress = query.recentProgress
+    result.batches = len(progress)
+    result.rows = sum(int(p["numInputRows"]) for p in progress)
     return result
 
 
@@ -125,11 +129,9 @@ def _starting_offsets(
     source: SourceSettings,
     start: StartFrom,
     path: str,
-    checkpoint: str,
 ) -> tuple[Offsets | str | None, Offsets]:
-    """(what to give Spark as startingOffsets, the offsets we need Kafka to still hold)."""
-    if offsets.checkpoint_exists(checkpoint):
-        return None, offsets.checkpoint_resume_offsets(checkpoint) or {}
+    """For a new checkpoint: (what to give Spark as startingOffsets, the offsets we need Kafka
+    to still hold)."""
     if start.mode in ("earliest", "latest"):
         return start.mode, {}
     if start.mode == "timestamp":
@@ -143,9 +145,9 @@ def _starting_offsets(
                 f"--start-from offsets names topics this source does not read: {unknown}"
             )
         explicit = offsets.complete(start.offsets, partitions)
-        return explicit, {t: {p: o for p, o in ps.items() if o >= 0} for t, ps in explicit.items()}
+        return explicit, offsets.concrete(explicit)
     resume = offsets.complete(offsets.bronze_resume_offsets(spark, path), partitions)
-    return resume, {t: {p: o for p, o in ps.items() if o >= 0} for t, ps in resume.items()}
+    return resume, offsets.concrete(resume)
 
 
 def _read_kafka(

@@ -65,24 +65,41 @@ def delete_topics(kafka: KafkaSettings, topics: Iterable[str], timeout_s: float 
         future.result(timeout=timeout_s)
 
 
-def end_offsets(kafka: KafkaSettings, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
-    """The next offset to be written, per partition (Kafka's high watermark)."""
+def watermarks(
+    kafka: KafkaSettings,
+    partitions: Mapping[str, Iterable[int]],
+    options: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(low, high) per partition: the earliest offset Kafka still holds, and the next one to be
+    written. `options` are a source's own client options (security settings and the like)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(client_config(kafka, **{"group.id": "lakehouse-offsets"}))
+    consumer = Consumer(
+        client_config(kafka, **{**(options or {}), "group.id": "lakehouse-watermarks"})
+    )
     try:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
-        if meta.error is not None:
-            raise KafkaError(f"topic {topic!r} on {kafka.bootstrap_servers}: {meta.error}")
-        result: dict[int, int] = {}
-        for partition in sorted(meta.partitions):
-            _low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout_s
-            )
-            result[partition] = int(high)
+        result: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic, parts in partitions.items():
+            for partition in parts:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout_s, cached=False
+                )
+                result[(topic, partition)] = (int(low), int(high))
         return result
     finally:
         consumer.close()
+
+
+def end_offsets(kafka: KafkaSettings, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+    """The next offset to be written, per partition (Kafka's high watermark)."""
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient(client_config(kafka)).list_topics(topic, timeout=timeout_s).topics[topic]
+    if meta.error is not None:
+        raise KafkaError(f"topic {topic!r} on {kafka.bootstrap_servers}: {meta.error}")
+    marks = watermarks(kafka, {topic: sorted(meta.partitions)}, timeout_s=timeout_s)
+    return {partition: high for (_topic, partition), (_low, high) in marks.items()}
 
 
 def produce(

@@ -10,9 +10,9 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lakehouse import fs
 from lakehouse.settings import KafkaSettings, SourceSettings
 
 if TYPE_CHECKING:
@@ -97,30 +97,19 @@ def to_spark_json(offsets: Offsets) -> str:
     )
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file:")
+def checkpoint_exists(spark: SparkSession, checkpoint: str) -> bool:
+    """Spark has planned at least one batch from this checkpoint, so it decides the start."""
+    return any(n.isdigit() for n in fs.list_names(spark, f"{checkpoint}/offsets"))
 
 
-def _local(path: str) -> Path:
-    return Path(path[len("file:") :] if path.startswith("file:") else path)
-
-
-def checkpoint_exists(checkpoint: str) -> bool:
-    if _is_local(checkpoint):
-        return (_local(checkpoint) / "offsets").is_dir()
-    raise NotImplementedError("remote checkpoints: inspected through Hadoop FS")  # pragma: no cover
-
-
-def checkpoint_resume_offsets(checkpoint: str) -> Offsets | None:
+def checkpoint_resume_offsets(spark: SparkSession, checkpoint: str) -> Offsets | None:
     """Where a restarted query will read from: the end offsets of the last *committed* batch
     (an uncommitted batch is re-planned from the same start). None if nothing committed yet."""
-    root = _local(checkpoint)
-    commits = [int(p.name) for p in (root / "commits").glob("[0-9]*") if p.name.isdigit()]
+    commits = [int(n) for n in fs.list_names(spark, f"{checkpoint}/commits") if n.isdigit()]
     if not commits:
         return None
-    offsets_file = root / "offsets" / str(max(commits))
     # Spark's offset log: a version line, a metadata line, then one JSON line per source.
-    lines = offsets_file.read_text(encoding="utf-8").splitlines()
+    lines = fs.read_text(spark, f"{checkpoint}/offsets/{max(commits)}").splitlines()
     source_line = next((line for line in lines[2:] if line.startswith("{")), None)
     if source_line is None:
         return None
@@ -162,30 +151,6 @@ def topic_partitions(kafka: KafkaSettings, source: SourceSettings) -> dict[str, 
     return {t: sorted(meta.topics[t].partitions) for t in wanted}
 
 
-def watermarks(
-    kafka: KafkaSettings, source: SourceSettings, partitions: Mapping[str, Iterable[int]]
-) -> dict[tuple[str, int], tuple[int, int]]:
-    """(low, high) per partition: the earliest offset still held, and the next to be written."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from lakehouse.kafka import client_config
-
-    consumer = Consumer(
-        client_config(kafka, **{**source.kafka_options, "group.id": "lakehouse-watermarks"})
-    )
-    try:
-        result: dict[tuple[str, int], tuple[int, int]] = {}
-        for topic, parts in partitions.items():
-            for partition in parts:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=30, cached=False
-                )
-                result[(topic, partition)] = (int(low), int(high))
-        return result
-    finally:
-        consumer.close()
-
-
 def find_gaps(needed: Offsets, marks: Mapping[tuple[str, int], tuple[int, int]]) -> list[Gap]:
     """Ranges between where we must resume and the earliest offset Kafka still holds."""
     gaps: list[Gap] = []
@@ -205,6 +170,11 @@ def complete(start: Offsets, partitions: Mapping[str, Iterable[int]], default: i
         given = start.get(topic, {})
         result[topic] = {p: given.get(p, default) for p in parts}
     return result
+
+
+def concrete(start: Offsets) -> Offsets:
+    """The offsets a start relies on Kafka still holding (-2/-1 are earliest/latest markers)."""
+    return {t: {p: o for p, o in parts.items() if o >= 0} for t, parts in start.items()}
 
 
 def clamp_to_available(start: Offsets, marks: Mapping[tuple[str, int], tuple[int, int]]) -> Offsets:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from lakehouse import fs
 from lakehouse.settings import Settings
 
 if TYPE_CHECKING:
@@ -42,9 +43,10 @@ def checkpoint_path(settings: Settings, job: str, name: str) -> str:
 
 
 def exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, path))
+    """A Delta table is there when its log holds a commit or a checkpoint: a file listing, not
+    a log replay (this runs at the start of every scheduled job)."""
+    names = fs.list_names(spark, f"{path.rstrip('/')}/_delta_log")
+    return any(n.endswith(".json") or n == "_last_checkpoint" for n in names)
 
 
 def create_table(
@@ -58,8 +60,8 @@ def create_table(
     concurrent creators are fine: Delta lets exactly one of them commit version 0)."""
     from delta.tables import DeltaTable
 
-    if _has_delta_log(spark, path):
-        return  # the common case for a scheduled job: a file-system check, not a log replay
+    if exists(spark, path):
+        return
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in properties.items():
         builder = builder.property(key, value)
@@ -186,25 +188,8 @@ def reset(spark: SparkSession, settings: Settings, name: str, checkpoints: Seque
     path = _existing(spark, settings, name)
     require_resettable(spark, path, f"reset of {name}")
     for location in (path, *checkpoints):
-        delete_path(spark, location)
+        fs.delete(spark, location)
     append_system_log(spark, settings, PROTECTION_LOG, {"event": "reset", "subject": name})
-
-
-def _has_delta_log(spark: SparkSession, path: str) -> bool:
-    context: Any = spark.sparkContext  # py4j handles are untyped
-    log = context._jvm.org.apache.hadoop.fs.Path(
-        f"{path.rstrip('/')}/_delta_log/00000000000000000000.json"
-    )
-    return bool(log.getFileSystem(context._jsc.hadoopConfiguration()).exists(log))
-
-
-def delete_path(spark: SparkSession, path: str) -> None:
-    """Recursive delete through Hadoop's FileSystem, so s3a:// works like a local path."""
-    context: Any = spark.sparkContext  # py4j handles are untyped
-    hadoop_path = context._jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(context._jsc.hadoopConfiguration())
-    if fs.exists(hadoop_path):
-        fs.delete(hadoop_path, True)
 
 
 def _existing(spark: SparkSession, settings: Settings, name: str) -> str:

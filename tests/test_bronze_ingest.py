@@ -20,7 +20,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse import kafka, tables
-from lakehouse.offsets import DataLossError, Gap, StartFrom, StartFromError, watermarks
+from lakehouse.offsets import DataLossError, Gap, StartFrom, StartFromError
 from lakehouse.settings import Settings
 from tests.bronze_helpers import bronze, new_source, run_ingest, run_job
 
@@ -219,7 +219,7 @@ def test_expired_offsets_refused_then_recorded(spark: SparkSession, kafka_up: Se
     deadline = time.monotonic() + 90
     low = 0
     while time.monotonic() < deadline:
-        marks = watermarks(settings.kafka, settings.sources[name], {topic: [0]})
+        marks = kafka.watermarks(settings.kafka, {topic: [0]})
         low = marks[(topic, 0)][0]
         if low > 0:
             break
@@ -228,7 +228,7 @@ def test_expired_offsets_refused_then_recorded(spark: SparkSession, kafka_up: Se
     # Freeze retention, then add live records: the gap is now stable and known.
     kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "-1"})
     time.sleep(6)  # one retention check interval, so a deletion already decided is done
-    low = watermarks(settings.kafka, settings.sources[name], {topic: [0]})[(topic, 0)][0]
+    low = kafka.watermarks(settings.kafka, {topic: [0]})[(topic, 0)][0]
     kafka.produce(settings.kafka, topic, [(None, b"live", 0) for _ in range(5)])
 
     start = StartFrom("offsets", offsets={topic: {0: 0}})
@@ -269,11 +269,11 @@ def test_expired_offsets_after_the_checkpoint_are_named(
     deadline, low = time.monotonic() + 90, 0
     while time.monotonic() < deadline and low <= 5:
         time.sleep(1)
-        low = watermarks(settings.kafka, settings.sources[name], {topic: [0]})[(topic, 0)][0]
+        low = kafka.watermarks(settings.kafka, {topic: [0]})[(topic, 0)][0]
     assert low > 5, "the broker never deleted the expired segments"
     kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "-1"})
     time.sleep(6)
-    low = watermarks(settings.kafka, settings.sources[name], {topic: [0]})[(topic, 0)][0]
+    low = kafka.watermarks(settings.kafka, {topic: [0]})[(topic, 0)][0]
     kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(2)])
     end = 22
 

@@ -1,0 +1,46 @@
+"""File access through Hadoop's FileSystem (via the session's JVM), so the same code reads and
+writes a local directory, HDFS or s3a:// alike. Used for Delta logs and streaming checkpoints."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _fs_and_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    context: Any = spark.sparkContext  # py4j handles are untyped
+    hadoop_path = context._jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path.getFileSystem(context._jsc.hadoopConfiguration()), hadoop_path
+
+
+def exists(spark: SparkSession, path: str) -> bool:
+    fs, hadoop_path = _fs_and_path(spark, path)
+    return bool(fs.exists(hadoop_path))
+
+
+def list_names(spark: SparkSession, directory: str) -> list[str]:
+    """File names directly under `directory` (empty if it does not exist)."""
+    fs, hadoop_path = _fs_and_path(spark, directory)
+    if not fs.exists(hadoop_path):
+        return []
+    return [str(status.getPath().getName()) for status in fs.listStatus(hadoop_path)]
+
+
+def read_text(spark: SparkSession, path: str) -> str:
+    fs, hadoop_path = _fs_and_path(spark, path)
+    stream = fs.open(hadoop_path)
+    try:
+        context: Any = spark.sparkContext
+        data = context._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+    finally:
+        stream.close()
+    return bytes(data).decode("utf-8")
+
+
+def delete(spark: SparkSession, path: str) -> None:
+    """Recursive delete; a missing path is fine."""
+    fs, hadoop_path = _fs_and_path(spark, path)
+    if fs.exists(hadoop_path):
+        fs.delete(hadoop_path, True)
