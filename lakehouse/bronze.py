@@ -90,15 +90,30 @@ def _event_status(max_value_bytes: int) -> Column:
     two byte comparisons; the UTF-8 scan runs only for rows that already failed."""
     from pyspark.sql import functions as F
 
-    value = F.col("value")
     return (
-        F.when(value.isNull(), F.lit(NULL_VALUE))
-        .when(F.length(value) == 0, F.lit(EMPTY_VALUE))
-        .when(F.length(value) > max_value_bytes, F.lit(OVERSIZE))
+        _size_status(NULL_VALUE, max_value_bytes)
         .when(_looks_like_json_document(), F.lit(OK))
-        .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), F.lit(INVALID_UTF8))
+        .when(~_is_utf8(), F.lit(INVALID_UTF8))
         .otherwise(F.lit(INVALID_JSON))
     )
+
+
+def _size_status(null_status: str, max_value_bytes: int) -> Column:
+    """The start of every value_status chain: no value, an empty one, or one too big to parse."""
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    return (
+        F.when(value.isNull(), F.lit(null_status))
+        .when(F.length(value) == 0, F.lit(EMPTY_VALUE))
+        .when(F.length(value) > max_value_bytes, F.lit(OVERSIZE))
+    )
+
+
+def _is_utf8() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.expr("is_valid_utf8(CAST(value AS STRING))")
 
 
 def _looks_like_json_document() -> Column:
@@ -123,15 +138,25 @@ def _looks_like_json_document() -> Column:
     return F.when(compact, F.lit(True)).otherwise(padded)
 
 
-def _cdc_columns(max_value_bytes: int) -> list[Column]:
-    """CDC convenience columns, from one parse of the value into a VARIANT. A Debezium record
-    is the envelope (`op`, `source`), or the ExtractNewRecordState-flattened row (`__op`,
-    `__lsn`, ...), each bare or, with schemas.enable=true, wrapped in `payload`."""
+ENVELOPE = "_envelope"  # transient: the value parsed once into a VARIANT
+
+
+def _parsed_envelope(max_value_bytes: int) -> Column:
     from pyspark.sql import functions as F
 
     value = F.col("value")
     parsable = value.isNotNull() & (F.length(value) <= max_value_bytes)
-    variant = F.when(parsable, F.expr("try_parse_json(CAST(value AS STRING))"))
+    return F.when(parsable, F.expr("try_parse_json(CAST(value AS STRING))")).alias(ENVELOPE)
+
+
+def _cdc_columns(max_value_bytes: int) -> list[Column]:
+    """CDC convenience columns, read from the `_envelope` VARIANT (parsed once per row in the
+    projection before this one). A Debezium record is the envelope (`op`, `source`), or the
+    ExtractNewRecordState-flattened row (`__op`, `__lsn`, ...), each bare or, with
+    schemas.enable=true, wrapped in `payload`."""
+    from pyspark.sql import functions as F
+
+    variant = F.col(ENVELOPE)
 
     def field(path: str, kind: str) -> Column:
         def get(at: str) -> Column:
@@ -150,10 +175,8 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
     ).otherwise(key_text)
     schema, table = field("source.schema", "string"), field("source.table", "string")
     status = (
-        F.when(value.isNull(), F.lit(TOMBSTONE))
-        .when(F.length(value) == 0, F.lit(EMPTY_VALUE))
-        .when(F.length(value) > max_value_bytes, F.lit(OVERSIZE))
-        .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), F.lit(INVALID_UTF8))
+        _size_status(TOMBSTONE, max_value_bytes)
+        .when(~_is_utf8(), F.lit(INVALID_UTF8))
         .when(variant.isNull(), F.lit(INVALID_JSON))
         .when(op.isNull(), F.lit(NOT_AN_ENVELOPE))
         .when(~op.isin(*DEBEZIUM_OPS), F.lit(UNKNOWN_OP))
@@ -195,7 +218,10 @@ def kafka_to_bronze(raw: DataFrame, source: str, kind: str, max_value_bytes: int
         F.length(F.col("value")).cast("int").alias("value_size"),
     ]
     if kind == "cdc":
-        return raw.select(*lineage, *_cdc_columns(max_value_bytes))
+        # Two projections, so the JSON parse happens once per row, not once per field read.
+        with_envelope = raw.select(*lineage, _parsed_envelope(max_value_bytes))
+        kept = [c for c in with_envelope.columns if c != ENVELOPE]
+        return with_envelope.select(*kept, *_cdc_columns(max_value_bytes))
     return raw.select(
         *lineage,
         _event_status(max_value_bytes).alias("value_status"),
