@@ -21,15 +21,12 @@ def bronze_summary(spark: SparkSession, settings: Settings) -> DataFrame:
     """One row per configured source; a source never ingested shows zero rows."""
     from pyspark.sql import functions as F
 
+    gaps_by_source = _gap_counts(spark, settings)  # one read of the log for all sources
     rows: list[tuple[object, ...]] = []
     for name, source in sorted(settings.sources.items()):
         table = f"bronze.{source.bronze_table or name}"
         path = bronze_path(settings, name, source)
-        gaps = sum(
-            1
-            for event in tables.read_system_log(spark, settings, INGEST_LOG, name)
-            if event["event"] == "gap"
-        )
+        gaps = gaps_by_source.get(name, 0)
         if not tables.exists(spark, path):
             rows.append((name, table, 0, 0, 0, None, None, gaps))  # no table yet
             continue
@@ -59,3 +56,11 @@ def bronze_summary(spark: SparkSession, settings: Settings) -> DataFrame:
             )
         )
     return spark.createDataFrame(rows, SUMMARY_SCHEMA)
+
+
+def _gap_counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
+    path = tables.system_log_path(settings, INGEST_LOG)
+    if not tables.exists(spark, path):
+        return {}
+    rows = spark.read.format("delta").load(path).where("event = 'gap'").groupBy("subject").count()
+    return {r["subject"]: int(r["count"]) for r in rows.collect()}
