@@ -5,9 +5,12 @@ In CI (CI=true) a service that cannot start fails the run; nothing is ever skipp
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from lakehouse.settings import Settings, load_settings, project_root
@@ -52,6 +55,29 @@ def running_services() -> Iterator[dict[str, str]]:
     finally:
         if not already_up:
             services.stop_all(root)
+
+
+def pg_connect(settings: Settings) -> psycopg.Connection[Any]:
+    pg = settings.postgres
+    return psycopg.connect(
+        host=pg.host,
+        port=pg.port,
+        dbname=pg.database,
+        user=pg.user,
+        password=pg.password.get(),
+        autocommit=True,
+    )
+
+
+@pytest.fixture
+def pg_table(running_services: dict[str, str], settings: Settings) -> Iterator[str]:
+    """A fresh `public.<name>(id int PRIMARY KEY, name text NOT NULL)`, dropped afterwards."""
+    table = f"t_{uuid.uuid4().hex[:8]}"
+    with pg_connect(settings) as conn:
+        conn.execute(f"CREATE TABLE public.{table} (id int PRIMARY KEY, name text NOT NULL)")
+    yield table
+    with pg_connect(settings) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS public.{table}")
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -16,7 +14,7 @@ from pyspark.sql import SparkSession
 from lakehouse import kafka
 from lakehouse.settings import Settings
 from tests.bronze_helpers import bronze, new_source, run_ingest
-from tests.test_smoke_debezium import pg_connect
+from tests.conftest import pg_connect
 
 CDC_COLUMNS = (
     "offset long, value_status string, cdc_op string, cdc_key string, cdc_lsn long, "
@@ -90,16 +88,6 @@ def wait_for_records(settings: Settings, topic: str, count: int, timeout_s: floa
             return
         time.sleep(1)
     raise AssertionError(f"only {seen} of {count} records reached {topic}")
-
-
-@pytest.fixture
-def pg_table(running_services: dict[str, str], kafka_up: Settings) -> Iterator[str]:
-    table = f"cdc_{uuid.uuid4().hex[:8]}"
-    with pg_connect(kafka_up) as conn:
-        conn.execute(f"CREATE TABLE public.{table} (id int PRIMARY KEY, name text NOT NULL)")
-    yield table
-    with pg_connect(kafka_up) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS public.{table}")
 
 
 @pytest.mark.parametrize(

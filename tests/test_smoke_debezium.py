@@ -6,26 +6,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
-
-import psycopg
-import pytest
 
 from lakehouse import kafka
 from lakehouse.settings import Settings
-
-
-def pg_connect(settings: Settings) -> psycopg.Connection[Any]:
-    pg = settings.postgres
-    return psycopg.connect(
-        host=pg.host,
-        port=pg.port,
-        dbname=pg.database,
-        user=pg.user,
-        password=pg.password.get(),
-        autocommit=True,
-    )
+from tests.conftest import pg_connect
 
 
 def consume(settings: Settings, topic: str, count: int, timeout_s: float = 90.0) -> list[Any]:
@@ -61,30 +46,20 @@ def consume(settings: Settings, topic: str, count: int, timeout_s: float = 90.0)
     return messages
 
 
-@pytest.fixture
-def cdc_table(running_services: dict[str, str], settings: Settings) -> Iterator[str]:
-    table = f"smoke_{uuid.uuid4().hex[:8]}"
-    with pg_connect(settings) as conn:
-        conn.execute(f"CREATE TABLE public.{table} (id int PRIMARY KEY, name text NOT NULL)")
-    yield table
-    with pg_connect(settings) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS public.{table}")
-
-
-def test_insert_update_delete_arrive_as_debezium_events(settings: Settings, cdc_table: str) -> None:
+def test_insert_update_delete_arrive_as_debezium_events(settings: Settings, pg_table: str) -> None:
     from lakehouse import services
 
-    name = f"smoke-{cdc_table}"
-    prefix = f"smoke{cdc_table[-8:]}"
+    name = f"smoke-{pg_table}"
+    prefix = f"smoke{pg_table[-8:]}"
     services.register_postgres_connector(
-        name, prefix, [f"public.{cdc_table}"], schemas_enable=False, unwrap=False
+        name, prefix, [f"public.{pg_table}"], schemas_enable=False, unwrap=False
     )
     try:
         with pg_connect(settings) as conn:
-            conn.execute(f"INSERT INTO public.{cdc_table} VALUES (1, 'ada')")
-            conn.execute(f"UPDATE public.{cdc_table} SET name = 'ada lovelace' WHERE id = 1")
-            conn.execute(f"DELETE FROM public.{cdc_table} WHERE id = 1")
-        messages = consume(settings, f"{prefix}.public.{cdc_table}", count=4)
+            conn.execute(f"INSERT INTO public.{pg_table} VALUES (1, 'ada')")
+            conn.execute(f"UPDATE public.{pg_table} SET name = 'ada lovelace' WHERE id = 1")
+            conn.execute(f"DELETE FROM public.{pg_table} WHERE id = 1")
+        messages = consume(settings, f"{prefix}.public.{pg_table}", count=4)
     finally:
         services.delete_connector(name)
 
@@ -96,10 +71,10 @@ def test_insert_update_delete_arrive_as_debezium_events(settings: Settings, cdc_
         for v in values
     ]
     assert events == [
-        ("c", None, {"id": 1, "name": "ada"}, cdc_table),
-        ("u", None, {"id": 1, "name": "ada lovelace"}, cdc_table),
+        ("c", None, {"id": 1, "name": "ada"}, pg_table),
+        ("u", None, {"id": 1, "name": "ada lovelace"}, pg_table),
         # REPLICA IDENTITY DEFAULT: the delete carries only the key.
-        ("d", {"id": 1, "name": ""}, None, cdc_table),
+        ("d", {"id": 1, "name": ""}, None, pg_table),
         None,  # the tombstone, so log compaction can drop the key
     ]
     lsns = [v["source"]["lsn"] for v in values if v is not None]
