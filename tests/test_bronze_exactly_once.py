@@ -83,14 +83,19 @@ def test_sigterm_stops_continuous_cleanly(
         job_env(settings, name, topic),
         log,
     )
-    deadline = time.monotonic() + 180  # generous: JVM start on a loaded 2-core CI machine
-    committed = 0
-    while time.monotonic() < deadline and committed < 10:
-        time.sleep(1)
-        path = settings.storage.path("bronze", name)
-        if Path(path, "_delta_log").exists():
-            committed = bronze(spark, settings, name).count()
-    assert committed == 10, log.read_text()[-3000:]
-    job.send_signal(signal.SIGTERM)  # to the Python driver only, as a scheduler would
-    assert job.wait(timeout=120) == 0, log.read_text()[-3000:]
+    try:
+        deadline = time.monotonic() + 180  # generous: JVM start on a loaded 2-core CI machine
+        committed = 0
+        while time.monotonic() < deadline and committed < 10:
+            time.sleep(1)
+            path = settings.storage.path("bronze", name)
+            if Path(path, "_delta_log").exists():
+                committed = bronze(spark, settings, name).count()
+        assert committed == 10, log.read_text()[-3000:]
+        job.send_signal(signal.SIGTERM)  # to the Python driver only, as a scheduler would
+        assert job.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if job.poll() is None:  # a failed assertion must not leak the job's JVM
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
     assert bronze(spark, settings, name).count() == 10
