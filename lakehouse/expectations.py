@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+    from lakehouse.settings import ExpectationSettings
+
 ACTIONS = ("warn", "drop", "quarantine", "fail")
 FAILED = "_failed_expectations"  # array<string> of failed rule names, per row
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -105,6 +107,18 @@ def great_expectation_sql(name: str, kind: str, args: Mapping[str, Any]) -> str:
         "expect_column_values_to_not_be_null, _to_be_between, _to_be_in_set, _to_match_regex, "
         "or a SQL rule"
     )
+
+
+def from_settings(declared: Sequence[ExpectationSettings]) -> list[Expectation]:
+    """The row-level rules of a table's YAML declarations, each as one SQL expression."""
+    return [
+        Expectation(
+            d.name,
+            d.sql if d.sql else great_expectation_sql(d.name, d.expect, d.kwargs),
+            d.action,
+        )
+        for d in declared
+    ]
 
 
 def evaluate(df: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:

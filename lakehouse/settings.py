@@ -128,6 +128,90 @@ class SourceSettings:
             raise ValueError("'bronze_table' must be lower_snake_case")
 
 
+_SNAKE = re.compile(r"[a-z][a-z0-9_]*")
+EXPECTATION_ACTIONS = ("warn", "drop", "quarantine", "fail")
+
+
+@dataclass(frozen=True)
+class ExpectationSettings:
+    """One data-quality rule (`conf/base/tables.yml`): a SQL boolean expression, or a Great
+    Expectations expectation type with its kwargs, and what to do with a row that fails it."""
+
+    name: str
+    action: str = "warn"
+    sql: str = ""
+    expect: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _SNAKE.fullmatch(self.name):
+            raise ValueError(f"expectation name {self.name!r}: use lower_snake_case")
+        if self.action not in EXPECTATION_ACTIONS:
+            raise ValueError(
+                f"expectation {self.name!r}: 'action' must be one of "
+                f"{', '.join(EXPECTATION_ACTIONS)}, got {self.action!r}"
+            )
+        if bool(self.sql.strip()) == bool(self.expect.strip()):
+            raise ValueError(
+                f"expectation {self.name!r}: set exactly one of 'sql' (a boolean SQL "
+                "expression) or 'expect' (a Great Expectations type such as "
+                "expect_column_values_to_not_be_null, with 'kwargs')"
+            )
+
+
+SILVER_MODES = ("append", "upsert", "scd1", "scd2")
+DRIFT_POLICIES = ("evolve", "rescue", "fail")
+
+
+@dataclass(frozen=True)
+class SilverTableSettings:
+    """One silver table fed by one bronze source (`conf/base/tables.yml`, section `silver`)."""
+
+    # The bronze source (a key of `sources`) whose Change Data Feed feeds this table.
+    source: str
+    # append: every parsed row; upsert: latest row per key by `sequence_by` (events);
+    # scd1 / scd2: Debezium change apply, ordered by the connector's position (CDC sources).
+    mode: str = "upsert"
+    # Spark DDL of one record: the JSON event, or the row image of a CDC change.
+    schema: str = ""
+    keys: tuple[str, ...] = ()
+    # Events: the column that orders versions of a key (a later value wins; ties: Kafka offset).
+    sequence_by: str = ""
+    # Array columns exploded into one row each (after flattening nested structs with `_`).
+    explode: tuple[str, ...] = ()
+    # A field not in `schema`: evolve (add the column), rescue (keep it in `_rescued_data`),
+    # fail (stop with a message naming the field).
+    schema_drift: str = "rescue"
+    # SCD2: the columns whose change opens a new version (empty: every non-key column).
+    track_columns: tuple[str, ...] = ()
+    # How long delete tombstones are kept, so a late older change cannot resurrect a row.
+    tombstone_retention_hours: int = 168
+    expectations: tuple[ExpectationSettings, ...] = ()
+    # Table-level Great Expectations checks run only by `lakehouse validate` (row count,
+    # key uniqueness, ...), on top of `expectations`.
+    table_expectations: tuple[ExpectationSettings, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.mode not in SILVER_MODES:
+            raise ValueError(f"'mode' must be one of {', '.join(SILVER_MODES)}, got {self.mode!r}")
+        if self.schema_drift not in DRIFT_POLICIES:
+            raise ValueError(
+                f"'schema_drift' must be one of {', '.join(DRIFT_POLICIES)}, "
+                f"got {self.schema_drift!r}"
+            )
+        if not self.schema.strip():
+            raise ValueError("'schema' is required: the Spark DDL of one record")
+        if self.mode != "append" and not self.keys:
+            raise ValueError(f"mode {self.mode!r} needs 'keys' (the primary key columns)")
+        if self.mode == "upsert" and not self.sequence_by:
+            raise ValueError("mode 'upsert' needs 'sequence_by' (the column ordering versions)")
+        if self.tombstone_retention_hours < 0:
+            raise ValueError("'tombstone_retention_hours' must be >= 0")
+        names = [e.name for e in (*self.expectations, *self.table_expectations)]
+        if len(names) != len(set(names)):
+            raise ValueError("expectation names must be unique within a table")
+
+
 @dataclass(frozen=True)
 class PostgresSettings:
     password: Secret
@@ -151,6 +235,21 @@ class Settings:
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     connect: ConnectSettings = field(default_factory=ConnectSettings)
     sources: dict[str, SourceSettings] = field(default_factory=dict)
+    silver: dict[str, SilverTableSettings] = field(default_factory=dict)
+
+    def silver_table(self, name: str) -> SilverTableSettings:
+        try:
+            table = self.silver[name]
+        except KeyError:
+            known = ", ".join(sorted(self.silver)) or "none"
+            raise SettingsError(
+                f"--table {name!r}: no such silver table in conf/*/tables.yml (known: {known})"
+            ) from None
+        if table.source not in self.sources:
+            raise SettingsError(
+                f"silver.{name}.source {table.source!r}: no such source in conf/*/sources.yml"
+            )
+        return table
 
     def source(self, name: str) -> SourceSettings:
         try:
@@ -325,13 +424,24 @@ def _coerce(hint: Any, value: Any, origin: Mapping[str, str], dotted: str) -> An
         item = typing.get_args(hint)[1]
         if isinstance(item, type) and dataclasses.is_dataclass(item):
             return {str(k): _build(item, v, origin, f"{dotted}.{k}.") for k, v in value.items()}
+        if item is Any:  # free-form arguments (e.g. an expectation's kwargs): YAML types kept
+            return {str(k): v for k, v in value.items()}
         return {str(k): _interpolate(str(v), where, f"{dotted}.{k}") for k, v in value.items()}
+    if kind is tuple and _is_dataclass(typing.get_args(hint)[0]):
+        if not isinstance(value, list):
+            raise SettingsError(f"{where}: '{dotted}' must be a list of mappings, got {value!r}")
+        item = typing.get_args(hint)[0]
+        return tuple(_build(item, v, origin, f"{dotted}[{i}].") for i, v in enumerate(value))
     if kind is tuple:
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, list | tuple):
             raise SettingsError(f"{where}: '{dotted}' must be a list, got {value!r}")
         return tuple(str(item).strip() for item in items if str(item).strip())
     raise SettingsError(f"{dotted}: unsupported settings type {hint}")  # pragma: no cover
+
+
+def _is_dataclass(hint: Any) -> bool:
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
 
 
 def _secret(value: Any, where: str, dotted: str) -> Secret:

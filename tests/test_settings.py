@@ -145,3 +145,55 @@ def test_committed_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
         "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0",
     )
     assert settings.spark.shuffle_partitions == 2
+
+
+TABLES = """
+sources:
+  orders: {kind: events, topics: [orders]}
+silver:
+  orders:
+    source: orders
+    schema: "order_id BIGINT, amount DOUBLE"
+    keys: [order_id]
+    sequence_by: order_id
+    expectations:
+      - {name: positive, sql: "amount > 0", action: drop}
+      - name: present
+        expect: expect_column_values_to_be_in_set
+        kwargs: {column: order_id, value_set: [1, 2]}
+"""
+
+
+def test_silver_tables_with_expectations(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, BASE)
+    (conf / "base" / "tables.yml").write_text(TABLES)
+    table = load_settings("dev", conf_dir=conf).silver_table("orders")
+    assert (table.mode, table.keys, table.schema_drift) == ("upsert", ("order_id",), "rescue")
+    assert [(e.name, e.action, e.sql, e.expect) for e in table.expectations] == [
+        ("positive", "drop", "amount > 0", ""),
+        ("present", "warn", "", "expect_column_values_to_be_in_set"),
+    ]
+    assert table.expectations[1].kwargs == {"column": "order_id", "value_set": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("      - {name: bad, sql: x > 1, action: explode}\n", "silver.orders.expectations[2]"),
+        ("      - {name: both, sql: x > 1, expect: e}\n", "set exactly one of 'sql'"),
+        ("      - {name: positive, sql: x > 1}\n", "expectation names must be unique"),
+        ("    mode: scd3\n", "'mode' must be one of"),
+    ],
+)
+def test_silver_table_errors_name_the_key(tmp_path: Path, change: str, message: str) -> None:
+    conf = write_conf(tmp_path, BASE)
+    (conf / "base" / "tables.yml").write_text(TABLES + change)
+    with pytest.raises(SettingsError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_settings("dev", conf_dir=conf)
+
+
+def test_unknown_silver_table_lists_known(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, BASE)
+    (conf / "base" / "tables.yml").write_text(TABLES)
+    with pytest.raises(SettingsError, match=r"--table 'nope'.*known: orders"):
+        load_settings("dev", conf_dir=conf).silver_table("nope")
