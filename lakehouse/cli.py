@@ -7,6 +7,8 @@
     lakehouse status                services, and per source what bronze holds
     lakehouse reset TABLE           full refresh (refused for protected tables such as bronze)
     lakehouse unprotect TABLE --reason TEXT / lakehouse protect TABLE   (recorded)
+    lakehouse validate TABLE        Great Expectations over a table's current rows, Data Docs;
+                                    exit 1 if an expectation failed
 
 `main()` only parses arguments; each command loads validated settings and calls the library.
 Errors print one line on stderr and exit non-zero.
@@ -21,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from lakehouse import services, tables
+from lakehouse import services, tables, validate
 from lakehouse.settings import Settings, SettingsError, load_settings, project_root
 from lakehouse.spark import build_session, session_conf
 
@@ -50,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     unprotect.add_argument("--reason", required=True, help="why; kept in _system/protection_log")
     protect = sub.add_parser("protect", help="restore reset protection (recorded)")
     protect.add_argument("table")
+    check = sub.add_parser(
+        "validate",
+        help="Great Expectations over a table's current rows; renders Data Docs; "
+        "exit 1 if an expectation failed",
+    )
+    check.add_argument("table", help="silver.TABLE (or just TABLE), declared in tables.yml")
     return parser
 
 
@@ -156,6 +164,21 @@ def cmd_protect(settings: Settings, args: argparse.Namespace) -> None:
     _with_session(settings, "lakehouse-protect", body)
 
 
+def cmd_validate(settings: Settings, args: argparse.Namespace) -> None:
+    # GX logs hundreds of INFO lines about its own internals; the report is what matters.
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    # An unknown table or a malformed declaration is reported before a JVM starts.
+    validate.build_expectations(validate.resolve_table(settings, args.table))
+
+    def body(spark: SparkSession) -> None:
+        report = validate.validate(spark, settings, args.table)
+        print(validate.format_report(report))
+        if not report.success:
+            raise validate.ValidationFailed(report)
+
+    _with_session(settings, "lakehouse-validate", body)
+
+
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {
     "setup": cmd_setup,
     "services": cmd_services,
@@ -165,6 +188,7 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {
     "reset": cmd_reset,
     "unprotect": cmd_unprotect,
     "protect": cmd_protect,
+    "validate": cmd_validate,
 }
 
 
@@ -176,6 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args.env)
         COMMANDS[args.command](settings, args)
+    except validate.ValidationFailed as exc:
+        print(f"lakehouse {args.command}: {exc}", file=sys.stderr)
+        return 1
     except tables.ProtectedTableError as exc:
         print(f"lakehouse {args.command}: {exc}", file=sys.stderr)
         return 4
