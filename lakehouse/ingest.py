@@ -9,16 +9,14 @@ highest offset bronze holds per partition, so nothing is duplicated and nothing 
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from dataclasses import dataclass, field
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lakehouse import bronze, kafka, offsets, tables
 from lakehouse.kafka import spark_options
 from lakehouse.offsets import DataLossError, Offsets, StartFrom, StartFromError
 from lakehouse.settings import Settings, SettingsError, SourceSettings
+from lakehouse.streaming import await_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -115,7 +113,7 @@ def ingest(
     stream = _read_kafka(spark, settings, source, start, starting, options.allow_data_loss)
     rows = bronze.kafka_to_bronze(stream, options.source, kind, source.max_value_bytes)
     query = _write_bronze(rows, path, checkpoint, options, source)
-    _await(query, options.trigger)
+    await_query(query, options.trigger)
     # Spark keeps the last 100 progress reports: exact for available-now, recent for continuous.
     progress = query.recentProgress
     result.batches = len(progress)
@@ -196,36 +194,6 @@ def _write_bronze(
     else:
         writer = writer.trigger(availableNow=True)
     return writer.start(path)
-
-
-def _await(query: StreamingQuery, trigger: str) -> None:
-    """Wait for the query. In continuous mode SIGTERM/SIGINT stop it and exit 0; a batch in
-    flight is not committed and is redone on restart (Delta commits are atomic and the sink
-    idempotent, so even SIGKILL loses or duplicates nothing)."""
-    stop = threading.Event()
-    previous: dict[signal.Signals, Any] = {}
-    name = query.name
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        # No py4j call in here: the main thread may be inside one (it is not reentrant).
-        log.info("signal %s: stopping %s; a batch in flight is redone on restart", signum, name)
-        stop.set()
-
-    if trigger == "continuous" and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, on_signal)
-    try:
-        while not stop.is_set():
-            if query.awaitTermination(1):
-                break
-        if stop.is_set():
-            query.stop()
-        error = query.exception()
-        if error is not None:
-            raise error
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def load_historical(

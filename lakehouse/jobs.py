@@ -9,8 +9,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from lakehouse.expectations import ExpectationFailed
 from lakehouse.offsets import DataLossError, StartFromError, parse_start_from
 from lakehouse.settings import Settings, SettingsError, load_settings
+from lakehouse.silver import SchemaDriftError
 from lakehouse.tables import ProtectedTableError
 
 if TYPE_CHECKING:
@@ -23,6 +25,7 @@ EXIT_FAILED = 1  # the job ran and failed (Spark error): see the log above the l
 EXIT_USAGE = 2  # a bad flag or config: nothing was run
 EXIT_DATA_LOSS = 3  # Kafka no longer holds needed offsets: nothing was written
 EXIT_PROTECTED = 4  # a destructive operation on a protected table was refused
+EXIT_CONTRACT = 5  # data broke the table's contract (a `fail` expectation, schema drift)
 
 
 def base_parser(job: str, description: str) -> argparse.ArgumentParser:
@@ -93,6 +96,8 @@ def run_job(
         return _fail(job, exc, EXIT_DATA_LOSS)
     except ProtectedTableError as exc:
         return _fail(job, exc, EXIT_PROTECTED)
+    except (ExpectationFailed, SchemaDriftError) as exc:
+        return _fail(job, exc, EXIT_CONTRACT)
     except Exception as exc:
         logging.getLogger(job).exception("job failed")
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -116,3 +121,25 @@ def ingest_main(job: str, kind: str, description: str, argv: Sequence[str] | Non
         args.source, args.start_from, args.trigger, args.historical, args.allow_data_loss
     )
     return run_job(job, args.env, lambda spark, settings: ingest(spark, settings, options, kind))
+
+
+def refine_main(argv: Sequence[str] | None) -> int:
+    """`main()` of refine_silver."""
+    from lakehouse.refine import RefineOptions, refine
+
+    parser = base_parser("refine_silver", "bronze Change Data Feed -> silver table")
+    parser.add_argument("--table", required=True, help="a silver table from conf/*/tables.yml")
+    parser.add_argument(
+        "--full-refresh",
+        action="store_true",
+        help="rebuild the silver table from bronze (drops silver, its checkpoint and its "
+        "quarantined rows first)",
+    )
+    parser.add_argument(
+        "--trigger-interval", default="10 seconds", help="micro-batch interval (continuous)"
+    )
+    args = parser.parse_args(argv)
+    options = RefineOptions(args.table, args.trigger, args.full_refresh, args.trigger_interval)
+    return run_job(
+        "refine_silver", args.env, lambda spark, settings: refine(spark, settings, options)
+    )

@@ -175,7 +175,8 @@ class SilverTableSettings:
     # Spark DDL of one record: the JSON event, or the row image of a CDC change.
     schema: str = ""
     keys: tuple[str, ...] = ()
-    # Events: the column that orders versions of a key (a later value wins; ties: Kafka offset).
+    # Events: the column that orders versions of a key (a greater value wins; on a tie the
+    # version already in silver stays, and two tied versions in one batch are not ordered).
     sequence_by: str = ""
     # Array columns exploded into one row each (after flattening nested structs with `_`).
     explode: tuple[str, ...] = ()
@@ -186,6 +187,8 @@ class SilverTableSettings:
     track_columns: tuple[str, ...] = ()
     # How long delete tombstones are kept, so a late older change cannot resurrect a row.
     tombstone_retention_hours: int = 168
+    # Bronze files per micro-batch (Delta's maxFilesPerTrigger); 0 = Delta's default (1000).
+    max_files_per_trigger: int = 0
     expectations: tuple[ExpectationSettings, ...] = ()
     # Table-level Great Expectations checks run only by `lakehouse validate` (row count,
     # key uniqueness, ...), on top of `expectations`.

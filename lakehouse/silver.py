@@ -1,0 +1,357 @@
+"""Silver transformations: bronze rows -> parsed, flattened, checked records or CDC changes.
+
+Pure DataFrame -> DataFrame functions; `lakehouse.refine` does the reads, writes and MERGEs.
+
+A bronze micro-batch becomes one row per record with the declared columns plus transient
+`_lh_*` columns (bronze lineage, raw bytes, parse error, unknown fields) that quarantine and the
+drift check read and that never reach silver. A record that cannot be parsed is never an
+exception: it carries `_lh_error` and the built-in `parsable` rule sends it to quarantine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import TYPE_CHECKING
+
+from lakehouse.expectations import FAILED, Expectation
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+    from lakehouse.settings import SilverTableSettings
+
+RESCUED = "_rescued_data"  # JSON of fields that did not fit the schema (unknown or mistyped)
+# Transient columns of a batch being refined (never written to silver).
+TOPIC, PARTITION, OFFSET = "_lh_topic", "_lh_partition", "_lh_offset"
+RAW_KEY, RAW_VALUE, STATUS = "_lh_key", "_lh_value", "_lh_status"
+ERROR = "_lh_error"  # why the record could not be parsed (null when it parsed)
+UNKNOWN = "_lh_unknown"  # names of top-level fields the schema does not declare
+CHECKED = "_lh_checked"  # whether user expectations apply (not for deletes/unparsable rows)
+TRANSIENT = (TOPIC, PARTITION, OFFSET, RAW_KEY, RAW_VALUE, STATUS, ERROR, UNKNOWN, CHECKED)
+
+# The built-in rule every table has: a record that did not parse goes to quarantine.
+PARSABLE = Expectation("parsable", f"{ERROR} IS NULL", "quarantine")
+TOAST_PLACEHOLDER = "__debezium_unavailable_value"  # Debezium: unchanged TOASTed value
+
+
+class SchemaDriftError(RuntimeError):
+    """Records carry fields the declared schema lacks and the table's policy is `fail`."""
+
+
+@dataclass(frozen=True)
+class ParsedSchema:
+    """The record schema a batch is parsed with: the declared DDL plus evolved fields."""
+
+    struct: StructType
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.struct.fields]
+
+
+def parse_schema(declared_ddl: str, evolved_ddl: str = "") -> ParsedSchema:
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    declared = _parse_datatype_string(declared_ddl)
+    if not isinstance(declared, StructType):  # pragma: no cover - DDL lists are structs
+        raise ValueError(f"schema {declared_ddl!r} is not a list of columns")
+    fields = list(declared.fields)
+    if evolved_ddl:
+        extra = _parse_datatype_string(evolved_ddl)
+        assert isinstance(extra, StructType)
+        known = {f.name for f in fields}
+        fields += [f for f in extra.fields if f.name not in known]
+    return ParsedSchema(StructType(fields))
+
+
+def _lineage() -> list[Column]:
+    from pyspark.sql import functions as F
+
+    return [
+        F.col("topic").alias(TOPIC),
+        F.col("partition").alias(PARTITION),
+        F.col("offset").alias(OFFSET),
+        F.col("key").alias(RAW_KEY),
+        F.col("value").alias(RAW_VALUE),
+        F.col("value_status").alias(STATUS),
+    ]
+
+
+def parse_records(
+    df: DataFrame, text: Column, schema: ParsedSchema, error: Column, metadata_prefix: str = ""
+) -> DataFrame:
+    """Parse `text` (a JSON object) with `schema`. Adds the record's columns, `_rescued_data`
+    (fields that are unknown to the schema or did not fit its type, as JSON text), `_lh_unknown`
+    (the unknown field names) and `_lh_error` (`error`, else `invalid_json` when the text does
+    not parse as an object at all). Fields starting with `metadata_prefix` (Debezium's `__op`,
+    `__lsn`, ... in flattened records) are connector metadata, not unknown data."""
+    from pyspark.sql import functions as F
+
+    parsed = F.from_json(text, schema.struct)
+    # The same text as a map keeps every field (nested values as their JSON text), so fields
+    # the schema drops or fails to cast are still there to rescue: one more parse, no UDF.
+    raw = F.from_json(text, "map<string,string>")
+    declared = F.array(*[F.lit(n) for n in schema.names])
+    staged = df.select(
+        "*", parsed.alias("_lh_parsed"), raw.alias("_lh_raw"), error.alias("_lh_error0")
+    )
+    parsed_col, raw_col = F.col("_lh_parsed"), F.col("_lh_raw")
+    mistyped = [
+        F.when(raw_col[n].isNotNull() & parsed_col[n].isNull(), F.lit(n)) for n in schema.names
+    ]
+    unknown = F.array_except(F.map_keys(raw_col), declared)
+    if metadata_prefix:
+        unknown = F.filter(unknown, lambda k: ~k.startswith(metadata_prefix))
+    bad_names = F.array_union(
+        unknown,
+        F.filter(F.array(*mistyped), lambda c: c.isNotNull()),
+    )
+    rescued = F.map_filter(raw_col, lambda k, _v: F.array_contains(bad_names, k))
+    return staged.select(
+        *[c for c in df.columns],
+        *[parsed_col[n].alias(n) for n in schema.names],
+        F.when(F.size(rescued) > 0, F.to_json(rescued)).alias(RESCUED),
+        unknown.alias(UNKNOWN),
+        F.coalesce(F.col("_lh_error0"), F.when(raw_col.isNull(), F.lit("invalid_json"))).alias(
+            ERROR
+        ),
+    )
+
+
+def explode_arrays(df: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """One row per element of each declared array column, with its position as `<col>_pos`
+    (so a line's key can be the parent key plus the position). A record whose array is empty
+    or null keeps one row with a null element rather than vanishing (a record is never
+    dropped silently; an expectation on the element decides what happens to it)."""
+    from pyspark.sql import functions as F
+
+    for name in columns:
+        if name not in df.columns:
+            raise ValueError(f"explode: {name!r} is not a column of the schema")
+        others = [c for c in df.columns if c != name]
+        df = df.select(*others, F.posexplode_outer(name).alias(f"{name}_pos", name))
+    return df
+
+
+def flatten(df: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
+    """Nested structs become top-level columns named `parent_child` (recursively); columns
+    in `keep` are left alone."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    def columns(prefix: str, path: Column, kind: StructType) -> list[Column]:
+        out: list[Column] = []
+        for f in kind.fields:
+            name, child = f"{prefix}_{f.name}", path[f.name]
+            if isinstance(f.dataType, StructType):
+                out += columns(name, child, f.dataType)
+            else:
+                out.append(child.alias(name))
+        return out
+
+    selected: list[Column] = []
+    for f in df.schema.fields:
+        if isinstance(f.dataType, StructType) and f.name not in keep:
+            selected += columns(f.name, F.col(f.name), f.dataType)
+        else:
+            selected.append(F.col(f"`{f.name}`"))
+    return df.select(*selected)
+
+
+def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSchema) -> DataFrame:
+    """Bronze event rows -> one row per record (exploded, flattened), with `_lh_*` columns."""
+    from pyspark.sql import functions as F
+
+    staged = bronze.select(*_lineage())
+    error = F.when(F.col(STATUS) != "ok", F.col(STATUS))
+    records = parse_records(staged, F.col(RAW_VALUE).cast("string"), schema, error)
+    records = records.withColumn(CHECKED, F.col(ERROR).isNull())
+    return flatten(explode_arrays(records, table.explode), keep=TRANSIENT)
+
+
+# Debezium ops and how silver applies them.
+UPSERT_OPS = ("c", "u", "r")
+DELETE, TRUNCATE = "d", "t"
+
+
+def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSchema) -> DataFrame:
+    """Bronze CDC rows -> normalized changes: the row image's columns plus `_op`, `_seq` (the
+    connector's position, PostgreSQL LSN) and `_ts` (source commit time), with `_lh_*` columns.
+
+    The image is `after` for c/u/r and `before` for d (under REPLICA IDENTITY DEFAULT only the
+    key), from the plain envelope, the `payload` of a schemas.enable=true record, or the
+    ExtractNewRecordState-flattened row itself. Null-value tombstones (Kafka compaction
+    markers that follow a delete) carry nothing and are left out here; `refine` counts them."""
+    from pyspark.sql import functions as F
+
+    value = F.col(RAW_VALUE).cast("string")
+    op = F.col("_op")
+
+    def pick(path: str) -> Column:
+        return F.coalesce(
+            F.get_json_object(value, f"$.payload.{path}"), F.get_json_object(value, f"$.{path}")
+        )
+
+    flattened = pick("__op").isNotNull()
+    payload = F.get_json_object(value, "$.payload")
+    root_row = F.when(
+        payload.isNotNull() & F.get_json_object(value, "$.schema").isNotNull(), payload
+    )
+    image = (
+        F.when(flattened, F.coalesce(root_row, value))
+        .when(op == DELETE, pick("before"))
+        .otherwise(pick("after"))
+    )
+    staged = bronze.where(F.col("value_status") != "tombstone").select(
+        *_lineage(),
+        F.col("cdc_op").alias("_op"),
+        F.col("cdc_lsn").alias("_seq"),
+        F.timestamp_millis(F.col("cdc_source_ts_ms")).alias("_ts"),
+    )
+    error = (
+        F.when(F.col(STATUS) != "ok", F.col(STATUS))
+        .when(~op.isin(*UPSERT_OPS, DELETE, TRUNCATE), F.concat(F.lit("unsupported_op:"), op))
+        .when(F.col("_seq").isNull(), F.lit("no_source_position"))
+        .when((op != TRUNCATE) & image.isNull(), F.lit("no_row_image"))
+    )
+    with_image = staged.withColumn("_lh_image", F.when(op != TRUNCATE, image))
+    changes = parse_records(with_image, F.col("_lh_image"), schema, error, "__").drop("_lh_image")
+    # A truncate has no image: not an error, and not checked against row rules.
+    changes = changes.withColumn(
+        ERROR, F.when(op == TRUNCATE, F.lit(None).cast("string")).otherwise(F.col(ERROR))
+    )
+    changes = changes.withColumn(CHECKED, F.col(ERROR).isNull() & op.isin(*UPSERT_OPS))
+    return flatten(changes, keep=TRANSIENT)
+
+
+def toast_columns(changes: DataFrame, keys: Sequence[str]) -> list[str]:
+    """The row's string columns that are not keys: where Debezium may send its unchanged-TOAST
+    placeholder (PostgreSQL text, varchar and json(b) arrive as strings)."""
+    from pyspark.sql.types import StringType
+
+    return [
+        f.name
+        for f in changes.schema.fields
+        if isinstance(f.dataType, StringType)
+        and f.name not in (*TRANSIENT, *keys, RESCUED, "_op")
+        and not f.name.startswith("__")
+    ]
+
+
+def carries_toast_placeholder(columns: Sequence[str]) -> Column:
+    from pyspark.sql import functions as F
+
+    return reduce(
+        lambda a, b: a | b,
+        [F.col(f"`{c}`").eqNullSafe(F.lit(TOAST_PLACEHOLDER)) for c in columns],
+        F.lit(False),
+    )
+
+
+def resolve_unchanged_toast(
+    changes: DataFrame, current: DataFrame, keys: Sequence[str], columns: Sequence[str]
+) -> DataFrame:
+    """Replace Debezium's unchanged-TOAST placeholder in `columns` by the value the key had
+    just before the change: the latest earlier upsert of the batch (in `_seq` order) that
+    carried a real value, else the key's row in `current` (silver's live row). A placeholder
+    with nothing to resolve it from stays as it is (visible, never silently nulled)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    base_flag, keyed = "_lh_base", [F.col(f"`{k}`") for k in keys]
+    batch_keys = changes.select(*keyed).distinct()
+    base = (
+        current.join(batch_keys, list(keys), "left_semi")
+        .select(*keyed, *[F.col(f"`{c}`") for c in columns])
+        .withColumn(base_flag, F.lit(True))
+    )
+    both = changes.withColumn(base_flag, F.lit(False)).unionByName(base, allowMissingColumns=True)
+    earlier = (
+        Window.partitionBy(*keyed)
+        .orderBy(F.col(base_flag).desc(), F.col("_seq").asc_nulls_last())
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    is_value = F.col(base_flag) | F.col("_op").isin(*UPSERT_OPS)
+    resolved = []
+    for name in columns:
+        column = F.col(f"`{name}`")
+        placeholder = column.eqNullSafe(F.lit(TOAST_PLACEHOLDER))
+        known = F.last(
+            F.when(is_value & ~placeholder, F.struct(column.alias("v"))), ignorenulls=True
+        ).over(earlier)
+        resolved.append(
+            F.when(placeholder & known.isNotNull(), known.getField("v"))
+            .otherwise(column)
+            .alias(name)
+        )
+    others = [F.col(f"`{c}`") for c in changes.columns if c not in columns]
+    return (
+        both.select(*others, *resolved, F.col(base_flag))
+        .where(~F.col(base_flag))
+        .select(*[F.col(f"`{c}`") for c in changes.columns])
+    )
+
+
+def with_failed_rules(evaluated: DataFrame) -> DataFrame:
+    """Settle `_failed_expectations` for rows user rules do not apply to: an unparsable record
+    fails only `parsable`; a delete or truncate fails nothing."""
+    from pyspark.sql import functions as F
+
+    return evaluated.withColumn(
+        FAILED,
+        F.when(F.col(ERROR).isNotNull(), F.array(F.lit(PARSABLE.name)))
+        .when(~F.col(CHECKED), F.array().cast("array<string>"))
+        .otherwise(F.col(FAILED)),
+    )
+
+
+def event_upserts(records: DataFrame, sequence_by: str) -> DataFrame:
+    """Event records as changes for the keyed apply: every record is an upsert ordered by its
+    `sequence_by` value (timestamps by their microseconds)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DateType, TimestampType
+
+    kind = records.schema[sequence_by].dataType
+    seq = F.col(sequence_by)
+    if isinstance(kind, TimestampType):
+        seq = F.unix_micros(seq)
+    elif isinstance(kind, DateType):
+        seq = F.unix_date(seq)
+    return records.withColumn("_op", F.lit("u")).withColumn("_seq", seq.cast("long"))
+
+
+def silver_columns(batch: DataFrame) -> list[str]:
+    """The columns a batch contributes to silver: everything but the transient ones, with
+    `_rescued_data` last (after exploded and evolved columns)."""
+    columns = [c for c in batch.columns if c not in (*TRANSIENT, FAILED, RESCUED)]
+    return [*columns, RESCUED] if RESCUED in batch.columns else columns
+
+
+def quarantine_rows(rejected: DataFrame, table: str, run_id: str, batch_id: int) -> DataFrame:
+    """Rejected records in the quarantine table's shape: failed rule names, the parsed record
+    (JSON, what a repair edits), the raw key/value and the bronze lineage."""
+    from pyspark.sql import functions as F
+
+    record = [c for c in silver_columns(rejected) if c not in ("_op", "_seq", "_ts")]
+    return rejected.select(
+        F.expr("uuid()").alias("id"),
+        F.lit(table).alias("table"),
+        F.lit(run_id).alias("run_id"),
+        F.lit(batch_id).cast("long").alias("batch_id"),
+        F.current_timestamp().alias("quarantined_at"),
+        F.col(FAILED).alias("failed_rules"),
+        F.col(ERROR).alias("parse_error"),
+        F.to_json(F.struct(*[F.col(f"`{c}`") for c in record])).alias("record"),
+        (F.col("_op") if "_op" in rejected.columns else F.lit(None)).cast("string").alias("op"),
+        (F.col("_seq") if "_seq" in rejected.columns else F.lit(None)).cast("long").alias("seq"),
+        F.col(RAW_KEY).alias("raw_key"),
+        F.col(RAW_VALUE).alias("raw_value"),
+        F.col(TOPIC).alias("topic"),
+        F.col(PARTITION).alias("partition"),
+        F.col(OFFSET).alias("offset"),
+        F.lit("quarantined").alias("status"),
+        F.lit(None).cast("timestamp").alias("replayed_at"),
+    )

@@ -1,0 +1,44 @@
+"""What every streaming job shares: waiting for a query, with a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+
+def await_query(query: StreamingQuery, trigger: str) -> None:
+    """Wait for the query. In continuous mode SIGTERM/SIGINT stop it and exit 0; a batch in
+    flight is not committed and is redone on restart (Delta commits are atomic and the sink
+    idempotent, so even SIGKILL loses or duplicates nothing)."""
+    stop = threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+    name = query.name
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        # No py4j call in here: the main thread may be inside one (it is not reentrant).
+        log.info("signal %s: stopping %s; a batch in flight is redone on restart", signum, name)
+        stop.set()
+
+    if trigger == "continuous" and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        while not stop.is_set():
+            if query.awaitTermination(1):
+                break
+        if stop.is_set():
+            query.stop()
+        error = query.exception()
+        if error is not None:
+            raise error
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
