@@ -9,6 +9,9 @@
     lakehouse unprotect TABLE --reason TEXT / lakehouse protect TABLE   (recorded)
     lakehouse validate TABLE        Great Expectations over a table's current rows, Data Docs;
                                     exit 1 if an expectation failed
+    lakehouse replay TABLE [--fix COLUMN=SQL ...] [--where SQL]
+                                    re-check quarantined rows (after a repair) and apply those
+                                    that now pass to silver
 
 `main()` only parses arguments; each command loads validated settings and calls the library.
 Errors print one line on stderr and exit non-zero.
@@ -58,6 +61,23 @@ def _parser() -> argparse.ArgumentParser:
         "exit 1 if an expectation failed",
     )
     check.add_argument("table", help="silver.TABLE (or just TABLE), declared in tables.yml")
+    replay = sub.add_parser(
+        "replay",
+        help="re-check quarantined rows of a silver table, optionally repaired, and apply those "
+        "that now pass",
+    )
+    replay.add_argument("table", help="silver.TABLE (or just TABLE), declared in tables.yml")
+    replay.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        metavar="COLUMN=SQL",
+        help="repair: set COLUMN to a SQL expression over the record, e.g. amount=abs(amount); "
+        "repeatable",
+    )
+    replay.add_argument(
+        "--where", help="only quarantined rows matching this SQL condition, e.g. 'offset = 42'"
+    )
     return parser
 
 
@@ -97,7 +117,7 @@ def cmd_services(_settings: Settings, args: argparse.Namespace) -> None:
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
     from lakehouse import demo
 
-    services.start_kafka(project_root())
+    services.start_all(project_root())
     spark = build_session(settings, "lakehouse-demo")
     try:
         demo.run(spark, settings, events=args.events)
@@ -124,15 +144,46 @@ def _with_session(settings: Settings, name: str, body: Callable[[SparkSession], 
 
 
 def cmd_status(settings: Settings, _args: argparse.Namespace) -> None:
-    from lakehouse.status import bronze_summary
+    from lakehouse.status import bronze_summary, silver_summary
 
     for name, state in services.status(project_root()).items():
         print(f"{name:10s} {state}")
-    _with_session(
-        settings,
-        "lakehouse-status",
-        lambda spark: bronze_summary(spark, settings).show(truncate=False),
-    )
+
+    def body(spark: SparkSession) -> None:
+        print("\nbronze (per source):")
+        bronze_summary(spark, settings).show(truncate=False)
+        print("silver (per table; expectations of the last batch):")
+        silver_summary(spark, settings).show(truncate=False)
+
+    _with_session(settings, "lakehouse-status", body)
+
+
+def _fixes(pairs: Sequence[str]) -> list[tuple[str, str]]:
+    fixes = []
+    for pair in pairs:
+        column, sep, expression = pair.partition("=")
+        if not sep or not column.strip() or not expression.strip():
+            raise SettingsError(f"--fix {pair!r}: use COLUMN=SQL, e.g. --fix amount=abs(amount)")
+        fixes.append((column.strip(), expression.strip()))
+    return fixes
+
+
+def cmd_replay(settings: Settings, args: argparse.Namespace) -> None:
+    from lakehouse.refine import replay_quarantine
+
+    name = args.table.removeprefix("silver.")
+    settings.silver_table(name)  # an unknown table fails before a JVM starts
+    fixes = _fixes(args.fix)
+
+    def body(spark: SparkSession) -> None:
+        result = replay_quarantine(spark, settings, name, fixes, args.where)
+        print(
+            f"silver.{name}: {result.considered} quarantined row(s) re-checked: "
+            f"{result.replayed} applied to silver, {result.dropped} dropped by a drop rule, "
+            f"{result.still_quarantined} still quarantined (recorded in _system/refine_log)"
+        )
+
+    _with_session(settings, "lakehouse-replay", body)
 
 
 def cmd_reset(settings: Settings, args: argparse.Namespace) -> None:
@@ -189,6 +240,7 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {
     "unprotect": cmd_unprotect,
     "protect": cmd_protect,
     "validate": cmd_validate,
+    "replay": cmd_replay,
 }
 
 

@@ -1,4 +1,5 @@
-"""What `lakehouse status` shows: per source, what bronze holds and whether it is protected."""
+"""What `lakehouse status` shows: per source, what bronze holds and whether it is protected;
+per silver table, its live rows, pending quarantine and the last batch's expectation results."""
 
 from __future__ import annotations
 
@@ -64,3 +65,69 @@ def _gap_counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
         return {}
     rows = spark.read.format("delta").load(path).where("event = 'gap'").groupBy("subject").count()
     return {r["subject"]: int(r["count"]) for r in rows.collect()}
+
+
+SILVER_SCHEMA = (
+    "table string, mode string, live_rows long, last_batch long, last_batch_at timestamp, "
+    "last_batch_rows long, last_batch_failed string, quarantined_pending long"
+)
+
+
+def silver_summary(spark: SparkSession, settings: Settings) -> DataFrame:
+    """One row per declared silver table; `last_batch_failed` lists `rule=failed` for the
+    rules that failed rows in the newest batch."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from lakehouse.refine import METRICS, QUARANTINE, silver_path
+
+    metrics_path = tables.system_log_path(settings, METRICS)
+    last: dict[str, list[object]] = {}
+    if tables.exists(spark, metrics_path):
+        newest = Window.partitionBy("table").orderBy(F.col("at").desc(), F.col("batch_id").desc())
+        latest = (
+            spark.read.format("delta")
+            .load(metrics_path)
+            .withColumn("_rank", F.dense_rank().over(newest))
+            .where("_rank = 1")
+        )
+        for row in latest.collect():
+            entry = last.setdefault(row["table"], [row["batch_id"], row["at"], row["batch_rows"]])
+            if row["failed"]:
+                entry.append(f"{row['rule']}={row['failed']}")
+    pending: dict[str, int] = {}
+    quarantine_path = tables.system_log_path(settings, QUARANTINE)
+    if tables.exists(spark, quarantine_path):
+        counts = (
+            spark.read.format("delta")
+            .load(quarantine_path)
+            .where("status = 'quarantined'")
+            .groupBy("table")
+            .count()
+        )
+        pending = {r["table"]: int(r["count"]) for r in counts.collect()}
+    rows: list[tuple[object, ...]] = []
+    for name, table in sorted(settings.silver.items()):
+        path = silver_path(settings, name)
+        live = None
+        if tables.exists(spark, path):
+            frame = spark.read.format("delta").load(path)
+            if "__deleted" in frame.columns:
+                frame = frame.where("NOT __deleted")
+            if "__end_seq" in frame.columns:
+                frame = frame.where("__end_seq IS NULL")
+            live = frame.count()
+        batch, at, batch_rows, *failed = last.get(name, [None, None, None])
+        rows.append(
+            (
+                f"silver.{name}",
+                table.mode,
+                live,
+                batch,
+                at,
+                batch_rows,
+                ", ".join(map(str, failed)) or None,
+                pending.get(name, 0),
+            )
+        )
+    return spark.createDataFrame(rows, SILVER_SCHEMA)
