@@ -1,26 +1,39 @@
-"""The demo pipeline: sample `orders` events into Kafka, through `ingest_events`, into the
-append-only bronze table, shown with their lineage and parse status. (Silver, gold and the
-offline/hybrid steps join as they land.)"""
+"""The demo pipeline, through bronze and silver with the real jobs' library calls:
+
+1. `orders`: sample events (plus a malformed message, a negative amount, an unknown status and
+   a later version of one order) into Kafka, `ingest_events` into bronze.orders, `refine_silver`
+   into silver.orders (upsert by `order_id` ordered by `ts`, expectations from tables.yml);
+2. `customers`: inserts, updates and a delete in PostgreSQL `public.customers`, through the
+   Debezium connector into Kafka, `ingest_cdc` into bronze.customers, `refine_silver` into
+   silver.customers (SCD1) and silver.customers_history (SCD2), checked against PostgreSQL.
+
+(Gold and the offline/hybrid steps join as they land.)"""
 
 from __future__ import annotations
 
 import json
 import logging
 import random
+import time
 from dataclasses import dataclass
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from lakehouse import kafka
+from lakehouse import kafka, services
 from lakehouse.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lakehouse.refine import RefineResult
 
 log = logging.getLogger(__name__)
 
 DEMO_TOPIC = "orders"
 STATUSES = ("created", "paid", "shipped", "cancelled")
+CDC_CONNECTOR = "lakehouse-customers"
+CDC_PREFIX = "lakehouse"  # Debezium's topic: lakehouse.public.customers (sources.yml)
+CDC_TOPIC = f"{CDC_PREFIX}.public.customers"
 
 
 @dataclass(frozen=True)
@@ -29,6 +42,9 @@ class DemoResult:
     rows_this_run: int
     rows_in_table: int
     delta_version: int
+    silver_orders: int
+    silver_customers: int
+    postgres_customers: int
 
 
 def sample_orders(count: int, first_id: int, start_ms: int, seed: int) -> list[dict[str, object]]:
@@ -46,8 +62,40 @@ def sample_orders(count: int, first_id: int, start_ms: int, seed: int) -> list[d
 
 
 def run(spark: SparkSession, settings: Settings, events: int = 10) -> DemoResult:
-    """Produce sample orders (plus one malformed message) to the `orders` topic, run the real
-    `ingest_events` path into bronze.orders, and show what landed."""
+    bronze_step = _orders_to_bronze(spark, settings, events)
+    silver_orders = _orders_to_silver(spark, settings, bronze_step.first_id)
+    silver_customers, postgres_customers = _customers_through_debezium(spark, settings)
+    print(
+        "\nDemo done. Explore the tables in notebooks/explore.ipynb; "
+        "`lakehouse status` shows the per-table summary."
+    )
+    return DemoResult(
+        bronze_step.path,
+        bronze_step.rows_this_run,
+        bronze_step.rows_in_table,
+        bronze_step.version,
+        silver_orders,
+        silver_customers,
+        postgres_customers,
+    )
+
+
+@dataclass(frozen=True)
+class _BronzeStep:
+    path: str
+    first_id: int
+    rows_this_run: int
+    rows_in_table: int
+    version: int
+
+
+def _banner(text: str) -> None:
+    print(f"\n=== {text} ===\n")
+
+
+def _orders_to_bronze(spark: SparkSession, settings: Settings, events: int) -> _BronzeStep:
+    """Produce sample orders and four messages that exercise the rules, ingest into bronze."""
+    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from lakehouse.ingest import IngestOptions, bronze_path, ingest
@@ -55,14 +103,17 @@ def run(spark: SparkSession, settings: Settings, events: int = 10) -> DemoResult
     kafka.ensure_topic(settings.kafka, DEMO_TOPIC, partitions=2)
     before = kafka.end_offsets(settings.kafka, DEMO_TOPIC)
     first_id = 1000 + sum(before.values())
-    orders = sample_orders(events, first_id, start_ms=1_767_225_600_000, seed=first_id)
+    start_ms = 1_767_225_600_000
+    orders: list[dict[str, object]] = sample_orders(events, first_id, start_ms, seed=first_id)
+    later = {**orders[0], "order_status": "shipped", "ts": start_ms + events * 60_000}
+    negative = {**orders[-1], "order_id": first_id + events, "amount": -3.5}
+    unknown = {**orders[-1], "order_id": first_id + events + 1, "order_status": "lost"}
     records: list[tuple[bytes | None, bytes | None, int | None]] = [
-        (str(o["order_id"]).encode(), json.dumps(o).encode(), None) for o in orders
+        (str(o["order_id"]).encode(), json.dumps(o).encode(), None)
+        for o in (*orders, later, negative, unknown)
     ]
     records.append((b"broken", b'{"order_id": 99, "amou', None))  # kept, flagged, not lost
     kafka.produce(settings.kafka, DEMO_TOPIC, records)
-
-    from delta.tables import DeltaTable
 
     result = ingest(spark, settings, IngestOptions("orders"), "events")
     path = bronze_path(settings, "orders", settings.source("orders"))
@@ -75,9 +126,9 @@ def run(spark: SparkSession, settings: Settings, events: int = 10) -> DemoResult
             F.lit(False),
         )
     )
-    print(
-        f"\nDemo: {len(records)} messages produced to Kafka topic '{DEMO_TOPIC}' and ingested "
-        f"by ingest_events into bronze.orders ({path})\n"
+    _banner(
+        f"bronze.orders: {len(records)} messages produced to Kafka topic '{DEMO_TOPIC}', "
+        f"ingested by ingest_events ({path})"
     )
     this_run.orderBy("partition", "offset").select(
         "partition",
@@ -87,11 +138,177 @@ def run(spark: SparkSession, settings: Settings, events: int = 10) -> DemoResult
         "value_status",
         "ingest_date",
     ).show(len(records), truncate=60)
-    version = DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
-    demo = DemoResult(path, this_run.count(), table.count(), int(version))
+    version = int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+    step = _BronzeStep(path, first_id, this_run.count(), table.count(), version)
     print(
-        f"rows this run: {demo.rows_this_run} (ingest read {result.rows}), "
-        f"rows in bronze.orders: {demo.rows_in_table}, Delta version: {demo.delta_version}"
+        f"rows this run: {step.rows_this_run} (ingest read {result.rows}), "
+        f"rows in bronze.orders: {step.rows_in_table}, Delta version: {step.version}"
     )
     table.groupBy("value_status").count().orderBy("value_status").show()
-    return demo
+    return step
+
+
+def _orders_to_silver(spark: SparkSession, settings: Settings, first_id: int) -> int:
+    from pyspark.sql import functions as F
+
+    from lakehouse.refine import RefineOptions, refine
+
+    result = refine(spark, settings, RefineOptions("orders"))
+    _banner(f"silver.orders: refine_silver --table orders ({result.path})")
+    _print_refine(result)
+    silver = _live(spark.read.format("delta").load(result.path))
+    silver.where(F.col("order_id") >= first_id).orderBy("order_id").show(50, truncate=False)
+    print("expectation metrics of this run (_system/expectation_metrics):")
+    _this_run(spark, settings, "expectation_metrics", result).groupBy("rule", "action").agg(
+        F.sum("passed").alias("passed"), F.sum("failed").alias("failed")
+    ).orderBy("rule").show(truncate=False)
+    print("quarantined by this run (_system/quarantine; `lakehouse replay orders` after a fix):")
+    _this_run(spark, settings, "quarantine", result).select(
+        "topic", "partition", "offset", "failed_rules", "parse_error", "record"
+    ).show(truncate=60)
+    return silver.count()
+
+
+def _customers_through_debezium(spark: SparkSession, settings: Settings) -> tuple[int, int]:
+    """Changes in PostgreSQL -> Debezium -> bronze.customers -> silver (SCD1 and SCD2)."""
+    from lakehouse.ingest import IngestOptions, ingest
+    from lakehouse.refine import RefineOptions, refine
+
+    services.register_postgres_connector(
+        CDC_CONNECTOR, CDC_PREFIX, ["public.customers"], schemas_enable=False, unwrap=False
+    )
+    changed = _change_customers(settings)
+    _wait_for_changes(settings, changed)
+    ingest(spark, settings, IngestOptions("customers"), "cdc")
+    _banner("silver.customers (SCD1) and silver.customers_history (SCD2) from Debezium")
+    results = [
+        refine(spark, settings, RefineOptions(n)) for n in ("customers", "customers_history")
+    ]
+    for result in results:
+        _print_refine(result)
+    current = _live(spark.read.format("delta").load(results[0].path))
+    current.orderBy("customer_id").show(50, truncate=False)
+    postgres = _postgres_customers(settings)
+    matches = sorted(r["customer_id"] for r in current.collect()) == sorted(postgres)
+    print(
+        f"silver.customers: {current.count()} live rows; PostgreSQL public.customers: "
+        f"{len(postgres)} rows; same keys: {'yes' if matches else 'NO'}"
+    )
+    print("silver.customers_history, versions of the keys this run changed:")
+    history = spark.read.format("delta").load(results[1].path)
+    history.where(history["customer_id"].isin(*changed.keys)).orderBy(
+        "customer_id", "__start_seq"
+    ).select("customer_id", "name", "country", "__start_at", "__end_at").show(50, truncate=False)
+    return current.count(), len(postgres)
+
+
+@dataclass(frozen=True)
+class _Changes:
+    keys: list[int]
+    records: int  # Kafka records they make (a delete also makes a tombstone)
+
+
+def _change_customers(settings: Settings) -> _Changes:
+    """Three inserts, an update and a delete (of the oldest demo row, when there is one)."""
+    countries = ("NO", "SE", "DK", "FI")
+    with _pg_connect(settings) as conn:
+        first = int(_one(conn, "SELECT coalesce(max(customer_id), 0) + 1 FROM customers"))
+        new = [first, first + 1, first + 2]
+        for key in new:
+            conn.execute(
+                "INSERT INTO customers (customer_id, name, email, country) VALUES (%s, %s, %s, %s)",
+                (key, f"customer {key}", f"c{key}@example.com", countries[key % 4]),
+            )
+        conn.execute(
+            "UPDATE customers SET country = 'IS', updated_at = now() WHERE customer_id = %s",
+            (first,),
+        )
+        records = len(new) + 1
+        oldest = _one(conn, "SELECT min(customer_id) FROM customers")
+        if oldest is not None and oldest < first:
+            conn.execute("DELETE FROM customers WHERE customer_id = %s", (oldest,))
+            new.append(int(oldest))
+            records += 2
+    print(f"PostgreSQL: inserted {new[:3]}, updated {first}, deleted {new[3:] or 'nothing'}")
+    return _Changes(new, records)
+
+
+def _wait_for_changes(settings: Settings, changes: _Changes, timeout_s: float = 120) -> None:
+    """Debezium is asynchronous: wait until the topic holds at least our changes and has
+    stopped growing (a first registration also snapshots the existing rows)."""
+    deadline, last, stable_since = time.monotonic() + timeout_s, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            seen = sum(kafka.end_offsets(settings.kafka, CDC_TOPIC).values())
+        except kafka.KafkaError:
+            seen = 0
+        if seen != last:
+            last, stable_since = seen, time.monotonic()
+        elif seen >= changes.records and time.monotonic() - stable_since > 3:
+            return
+        time.sleep(0.5)
+    raise services.ServiceError(
+        f"Debezium did not deliver the demo's changes to {CDC_TOPIC} within {timeout_s:.0f} s; "
+        "see .lakehouse/logs/connect.log"
+    )
+
+
+def _postgres_customers(settings: Settings) -> list[int]:
+    with _pg_connect(settings) as conn:
+        return [int(r[0]) for r in conn.execute("SELECT customer_id FROM customers").fetchall()]
+
+
+def _pg_connect(settings: Settings) -> Any:
+    import psycopg
+
+    pg = settings.postgres
+    return psycopg.connect(
+        host=pg.host,
+        port=pg.port,
+        dbname=pg.database,
+        user=pg.user,
+        password=pg.password.get(),
+        autocommit=True,
+    )
+
+
+def _one(conn: Any, sql: str) -> Any:
+    row = conn.execute(sql).fetchone()
+    return row[0] if row else None
+
+
+def _print_refine(result: RefineResult) -> None:
+    failed = {rule: n for rule, n in result.failed.items() if n}
+    print(
+        f"silver.{result.table}: {result.batches} batch(es), {result.rows_in} records in, "
+        f"{result.rows_written} written, {result.rows_dropped} dropped, "
+        f"{result.rows_quarantined} quarantined; failed per rule: {failed or 'none'}"
+    )
+
+
+def _live(table: DataFrame) -> DataFrame:
+    if "__deleted" in table.columns:
+        table = table.where("NOT __deleted")
+    if "__end_seq" in table.columns:
+        table = table.where("__end_seq IS NULL")
+    return table.drop(*[c for c in table.columns if c.startswith("__")])
+
+
+def _this_run(
+    spark: SparkSession, settings: Settings, log_name: str, result: RefineResult
+) -> DataFrame:
+    """Rows of a system table written by the batches of this refine run."""
+    from pyspark.sql import functions as F
+
+    from lakehouse import tables
+
+    path = tables.system_log_path(settings, log_name)
+    return (
+        spark.read.format("delta")
+        .load(path)
+        .where(
+            (F.col("table") == result.table)
+            & (F.col("run_id") == result.run_id)
+            & F.col("batch_id").isin(*result.batch_ids)
+        )
+    )
