@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from lakehouse import kafka, services
+from lakehouse import kafka, pg, services
 from lakehouse.settings import Settings
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ class _Changes:
 def _change_customers(settings: Settings) -> _Changes:
     """Three inserts, an update and a delete (of the oldest demo row, when there is one)."""
     countries = ("NO", "SE", "DK", "FI")
-    with _pg_connect(settings) as conn:
+    with pg.connect(settings) as conn:
         first = int(_one(conn, "SELECT coalesce(max(customer_id), 0) + 1 FROM customers"))
         new = [first, first + 1, first + 2]
         for key in new:
@@ -254,22 +254,8 @@ def _wait_for_changes(settings: Settings, changes: _Changes, timeout_s: float = 
 
 
 def _postgres_customers(settings: Settings) -> list[int]:
-    with _pg_connect(settings) as conn:
+    with pg.connect(settings) as conn:
         return [int(r[0]) for r in conn.execute("SELECT customer_id FROM customers").fetchall()]
-
-
-def _pg_connect(settings: Settings) -> Any:
-    import psycopg
-
-    pg = settings.postgres
-    return psycopg.connect(
-        host=pg.host,
-        port=pg.port,
-        dbname=pg.database,
-        user=pg.user,
-        password=pg.password.get(),
-        autocommit=True,
-    )
 
 
 def _one(conn: Any, sql: str) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from lakehouse import pg
 from lakehouse.settings import Settings, load_settings, project_root
 
 
@@ -58,15 +59,7 @@ def running_services() -> Iterator[dict[str, str]]:
 
 
 def pg_connect(settings: Settings) -> psycopg.Connection[Any]:
-    pg = settings.postgres
-    return psycopg.connect(
-        host=pg.host,
-        port=pg.port,
-        dbname=pg.database,
-        user=pg.user,
-        password=pg.password.get(),
-        autocommit=True,
-    )
+    return pg.connect(settings)
 
 
 @pytest.fixture
