@@ -26,7 +26,7 @@ from tests.silver_helpers import (
     silver_table,
 )
 
-FILES = 10
+FILES = 14
 PER_FILE = 40
 
 TABLE = {
@@ -134,7 +134,7 @@ def test_sigkill_refine_mid_batch_ends_as_uninterrupted(
                 )
                 assert time.monotonic() < deadline, "no batch committed within 180 s"
                 time.sleep(0.3)
-            time.sleep(rng.uniform(0.1, 2.5))  # often inside the next batch's MERGE
+            time.sleep(rng.uniform(0.1, 2.0))  # often inside the next batch's MERGE
         finally:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(timeout=30)
