@@ -1,0 +1,337 @@
+"""Silver expectation overhead: `refine_silver` (the library call) over one bronze table into a
+silver table with 10 expectations, against the same table with none, same session,
+alternating runs; then Great Expectations validating the same 10 rules over the same rows.
+
+    .venv/bin/python bench/silver_expectations.py --events 1000000 --rounds 5
+
+The events (orders, ~110 bytes of JSON) are produced to Kafka and ingested once into bronze with
+the real `ingest_events` path; every round then refines all of bronze (one micro-batch,
+available-now) into a fresh silver table with its own checkpoint. A small share of the events
+breaks rules on purpose (negative amounts, unknown statuses, missing customers, old
+timestamps), so drop, quarantine and warn all do work. Needs Kafka (started here if it is not
+running, and stopped again at the end if it was started here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakehouse import kafka, services
+from lakehouse.expectations import evaluate, from_settings, metrics
+from lakehouse.ingest import IngestOptions, ingest
+from lakehouse.refine import RefineOptions, RefineResult, refine
+from lakehouse.settings import (
+    ExpectationSettings,
+    Settings,
+    SilverTableSettings,
+    SourceSettings,
+    load_settings,
+    project_root,
+)
+from lakehouse.spark import build_session
+from lakehouse.validate import TableSpec, build_expectations
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+PARTITIONS = 2
+MAX_OFFSETS_PER_TRIGGER = 500_000
+SOURCE = "bench_orders"
+SCHEMA = "order_id BIGINT, customer_id BIGINT, order_status STRING, amount DECIMAL(12,2), ts BIGINT"
+STATUSES = ["created", "paid", "shipped", "cancelled"]
+TS_2020, TS_2100 = 1_577_836_800_000, 4_102_444_800_000
+
+
+def rule(
+    name: str, action: str, sql: str = "", expect: str = "", **kwargs: Any
+) -> ExpectationSettings:
+    return ExpectationSettings(name, action, sql, expect, kwargs)
+
+
+# Ten rules as a user would declare them in conf/base/tables.yml: 6 Great Expectations types
+# and 4 SQL rules; 2 drop, 2 quarantine, 6 warn.
+EXPECTATIONS = (
+    rule(
+        "order_id_present", "drop", expect="expect_column_values_to_not_be_null", column="order_id"
+    ),
+    rule(
+        "customer_id_present",
+        "drop",
+        expect="expect_column_values_to_not_be_null",
+        column="customer_id",
+    ),
+    rule("amount_not_negative", "quarantine", sql="amount >= 0"),
+    rule(
+        "amount_plausible",
+        "warn",
+        expect="expect_column_values_to_be_between",
+        column="amount",
+        min_value=0,
+        max_value=100_000,
+    ),
+    rule(
+        "known_status",
+        "warn",
+        expect="expect_column_values_to_be_in_set",
+        column="order_status",
+        value_set=STATUSES,
+    ),
+    rule(
+        "status_shaped",
+        "warn",
+        expect="expect_column_values_to_match_regex",
+        column="order_status",
+        regex="^[a-z_]+$",
+    ),
+    rule("ts_after_2020", "quarantine", sql=f"ts >= {TS_2020}"),
+    rule(
+        "ts_before_2100",
+        "warn",
+        expect="expect_column_values_to_be_between",
+        column="ts",
+        max_value=TS_2100,
+    ),
+    rule("customer_id_positive", "warn", sql="customer_id > 0"),
+    rule("status_short", "warn", sql="length(order_status) <= 16"),
+)
+
+
+def event(i: int) -> dict[str, Any]:
+    """Order `i`; about 3.6% of the events break at least one rule."""
+    return {
+        "order_id": i,
+        "customer_id": None if i % 200 == 11 else i % 997,
+        "order_status": "unknown" if i % 50 == 3 else STATUSES[i % len(STATUSES)],
+        "amount": -5.0 if i % 100 == 7 else 12.5 + i % 1000,
+        "ts": 0 if i % 1000 == 13 else 1_767_225_600_000 + i,
+    }
+
+
+def preload(settings: Settings, topic: str, events: int) -> None:
+    from confluent_kafka import Producer
+
+    kafka.ensure_topic(settings.kafka, topic, partitions=PARTITIONS)
+    producer = Producer(
+        kafka.client_config(
+            settings.kafka, **{"linger.ms": 50, "batch.size": 1_000_000, "acks": "all"}
+        )
+    )
+    for i in range(events):
+        value = json.dumps(event(i)).encode()
+        while True:
+            try:
+                producer.produce(topic, value=value, key=str(i).encode(), partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("preload did not finish")
+
+
+def cpu_seconds(jvm_pid: int) -> float:
+    """utime+stime of the driver JVM (all executor threads live there in local mode) + us."""
+    fields = Path(f"/proc/{jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    own = os.times()
+    return (int(fields[11]) + int(fields[12])) / ticks + own.user + own.system
+
+
+def silver_table(mode: str, expectations: tuple[ExpectationSettings, ...]) -> SilverTableSettings:
+    return SilverTableSettings(
+        source=SOURCE,
+        mode=mode,
+        schema=SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts" if mode == "upsert" else "",
+        expectations=expectations,
+    )
+
+
+def run_refine(spark: SparkSession, settings: Settings, table: SilverTableSettings) -> RefineResult:
+    """One refine_silver run into a fresh silver table (new name: new path and checkpoint)."""
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    fresh = replace(settings, silver={name: table})
+    result = refine(spark, fresh, RefineOptions(name))
+    if result.batches != 1:
+        print(f"note: {result.batches} micro-batches")
+    return result
+
+
+def gx_validate(spark: SparkSession, rows: DataFrame) -> Callable[[], Any]:
+    """A prepared Great Expectations run of the 10 rules (the suite `lakehouse validate` builds
+    from the same declarations) over `rows`; call it to validate once."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    spec = TableSpec("silver", "bench", "append", EXPECTATIONS, (), "bench")
+    context: Any = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    batch = (
+        context.data_sources.add_spark(name="bench", persist=False)
+        .add_dataframe_asset(name="rows")
+        .add_batch_definition_whole_dataframe("whole")
+    )
+    suite = context.suites.add(
+        gx.ExpectationSuite(name="bench", expectations=build_expectations(spec))
+    )
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(name="bench", data=batch, suite=suite)
+    )
+
+    def run() -> Any:
+        result = definition.run(batch_parameters={"dataframe": rows}, result_format="SUMMARY")
+        if len(result.results) != len(EXPECTATIONS):
+            raise RuntimeError(f"GX ran {len(result.results)} expectations")
+        return result
+
+    return run
+
+
+def one_pass(rows: DataFrame) -> Callable[[], Any]:
+    """The lakehouse engine's own evaluation of the same rules over the same rows: one
+    projection plus one aggregation (per-rule pass/fail counts), as refine does per batch."""
+    rules = from_settings(EXPECTATIONS)
+    return lambda: metrics(evaluate(rows, rules), rules)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--gx-rounds", type=int, default=3)
+    parser.add_argument(
+        "--mode",
+        choices=("append", "upsert"),
+        default="append",
+        help="silver mode of both tables (append isolates the expectations' cost; upsert adds "
+        "the same MERGE to both)",
+    )
+    args = parser.parse_args()
+
+    root = project_root()
+    kafka_was_running = services.status(root)["kafka"].startswith("running")
+    services.start_kafka(root)
+    work = tempfile.mkdtemp(prefix="bench-silver-exp-")
+    settings = load_settings("test", overrides={"storage.root": work})
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    t0 = time.perf_counter()
+    preload(settings, topic, args.events)
+    print(f"preloaded {args.events} events into {topic} in {time.perf_counter() - t0:.1f}s")
+    source = SourceSettings(
+        kind="events", topics=(topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
+    )
+    settings = replace(settings, sources={SOURCE: source}, silver={})
+
+    spark = build_session(settings, "bench-silver-expectations")
+    context: Any = spark.sparkContext  # py4j handles are untyped
+    jvm_pid = int(context._jvm.ProcessHandle.current().pid())
+    results: list[dict[str, Any]] = []
+    gx_results: list[dict[str, Any]] = []
+    try:
+        t0 = time.perf_counter()
+        ingested = ingest(spark, settings, IngestOptions(SOURCE), "events")
+        print(f"ingested {ingested.rows} events into bronze in {time.perf_counter() - t0:.1f}s")
+        kafka.delete_topics(settings.kafka, [topic])
+
+        tables = {
+            "expectations": silver_table(args.mode, EXPECTATIONS),
+            "none": silver_table(args.mode, ()),
+        }
+        # Warm-up (not reported): JIT, class loading, bronze files in the page cache.
+        for table in tables.values():
+            run_refine(spark, settings, table)
+        last_none = ""
+        for round_no in range(args.rounds):
+            order = list(tables.items())
+            if round_no % 2:
+                order.reverse()  # alternate who goes first
+            for label, table in order:
+                cpu0, t0 = cpu_seconds(jvm_pid), time.perf_counter()
+                result = run_refine(spark, settings, table)
+                wall = time.perf_counter() - t0
+                cpu = cpu_seconds(jvm_pid) - cpu0
+                if label == "none":
+                    last_none = result.path
+                record = {
+                    "job": label,
+                    "seconds": round(wall, 2),
+                    "records_per_s": round(result.rows_in / wall),
+                    "cpu_s": round(cpu, 1),
+                    "rows_in": result.rows_in,
+                    "written": result.rows_written,
+                    "dropped": result.rows_dropped,
+                    "quarantined": result.rows_quarantined,
+                    "load1": round(os.getloadavg()[0], 1),
+                }
+                results.append(record)
+                print(json.dumps(record))
+
+        # Great Expectations over the same rows: the parsed silver rows of a no-expectation run,
+        # cached, so both sides time only the validation.
+        rows = spark.read.format("delta").load(last_none).persist()
+        print(f"validating {rows.count()} cached silver rows with the same 10 rules")
+        checks = {"gx": gx_validate(spark, rows), "one_pass": one_pass(rows)}
+        for round_no in range(args.gx_rounds + 1):
+            pair = list(checks.items())
+            if round_no % 2:
+                pair.reverse()
+            for label, check in pair:
+                t0 = time.perf_counter()
+                check()
+                wall = time.perf_counter() - t0
+                if round_no:  # round 0 is the warm-up
+                    gx_results.append({"job": label, "seconds": round(wall, 2)})
+                    print(json.dumps(gx_results[-1]))
+        rows.unpersist()
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        if not kafka_was_running:
+            services.stop_kafka(root)
+    report(results, gx_results, args.events, args.mode)
+
+
+def report(
+    results: list[dict[str, Any]], gx_results: list[dict[str, Any]], events: int, mode: str
+) -> None:
+    def median(rows: list[dict[str, Any]], job: str, key: str = "seconds") -> float:
+        return statistics.median(float(r[key]) for r in rows if r["job"] == job)
+
+    print(f"\nmode {mode}, {events:,} events, one micro-batch per run")
+    print(f"{'silver table':<24} {'median s':>8} {'records/s':>10} {'CPU-s':>6}")
+    for job, label in (("expectations", "10 expectations"), ("none", "no expectations")):
+        print(
+            f"{label:<24} {median(results, job):>8.2f} "
+            f"{median(results, job, 'records_per_s'):>10,.0f} "
+            f"{median(results, job, 'cpu_s'):>6.1f}"
+        )
+    ratio = median(results, "expectations") / median(results, "none")
+    verdict = "met" if ratio <= 1.15 else "NOT met"
+    print(f"ratio expectations/none: {ratio:.2f}x (goal <= 1.15x: {verdict})")
+    overhead = median(results, "expectations") - median(results, "none")
+    print(f"expectation overhead inside refine: {overhead:+.2f} s")
+    loads = [float(r["load1"]) for r in results]
+    print(f"1-min load average during the runs: {min(loads)}-{max(loads)} (2 cores)")
+    if gx_results:
+        gx, ours = median(gx_results, "gx"), median(gx_results, "one_pass")
+        print(
+            f"same 10 rules over the same cached rows: Great Expectations {gx:.2f} s, "
+            f"lakehouse one-pass evaluation {ours:.2f} s ({gx / ours:.1f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
