@@ -28,6 +28,12 @@ TARGET_SEQ, DELETED, DELETED_AT = "__seq", "__deleted", "__deleted_at"
 START_SEQ, END_SEQ, START_AT, END_AT = "__start_seq", "__end_seq", "__start_at", "__end_at"
 UPSERT_OPS = ("c", "u", "r")
 CHANGE_META = (OP, SEQ, TS)
+# A batch of at most this many changes is broadcast into the SCD1 MERGE. Delta materializes a
+# MERGE source without a size estimate, so Spark otherwise plans a shuffle join and shuffles the
+# whole target just to find the files a few keys touch; a broadcast batch lets it scan the
+# target in place (bench/silver_merge.py). Larger batches keep the shuffle join (driver
+# memory), as does spark.sql.autoBroadcastJoinThreshold=-1.
+BROADCAST_CHANGES = 50_000
 
 
 def latest_per_key(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -59,14 +65,23 @@ def scd1_schema(columns: StructType) -> StructType:
 
 
 def apply_scd1(
-    spark: SparkSession, target_path: str, changes: DataFrame, keys: Sequence[str]
+    spark: SparkSession,
+    target_path: str,
+    changes: DataFrame,
+    keys: Sequence[str],
+    broadcast_changes: int = BROADCAST_CHANGES,
 ) -> None:
     """MERGE one batch of changes into the SCD1 target. Each key moves only forward in `_seq`,
-    so applying batches in any order, or twice, ends in the same state."""
+    so applying batches in any order, or twice, ends in the same state. A batch of at most
+    `broadcast_changes` rows is broadcast to the MERGE's joins (0: never)."""
     from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
 
     columns = [c for c in changes.columns if c not in CHANGE_META]
-    source = latest_per_key(changes, keys).alias("s")
+    source = latest_per_key(changes, keys)
+    if _broadcastable(spark, changes, broadcast_changes):
+        source = F.broadcast(source)
+    source = source.alias("s")
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     newer = f"s.{SEQ} > t.{TARGET_SEQ}"
     upsert = f"s.{OP} IN ({', '.join(repr(o) for o in UPSERT_OPS)})"
@@ -102,6 +117,12 @@ def apply_scd1(
         )
         .execute()
     )
+
+
+def _broadcastable(spark: SparkSession, changes: DataFrame, limit: int) -> bool:
+    if limit <= 0 or str(spark.conf.get("spark.sql.autoBroadcastJoinThreshold")) == "-1":
+        return False
+    return changes.limit(limit + 1).count() <= limit
 
 
 def current_rows(target: DataFrame) -> DataFrame:
