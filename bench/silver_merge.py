@@ -11,8 +11,9 @@ is timed. The batch (fixed seed): 7,000 updates and 1,000 deletes of existing ke
 inserts of new keys. Existing keys are drawn once over the smallest table's key range and
 spread proportionally over a larger table's range (key * N / smallest), so every table sees
 the same batch at the same relative positions rather than all changes in its first 250,000
-keys. `--variant NAME:KEY=VALUE,...` adds table properties (e.g.
-`dv:delta.enableDeletionVectors=true`) to measure layouts side by side.
+keys. `--variant NAME:KEY=VALUE,...` overrides table properties to measure layouts side by side
+(e.g. `cow:delta.enableDeletionVectors=false`: copy-on-write MERGEs, silver before deletion
+vectors); `--compare-broadcast` adds `apply_scd1` with its broadcast of small batches off.
 """
 
 from __future__ import annotations
@@ -250,8 +251,8 @@ def main() -> None:
         "--variant",
         action="append",
         default=[],
-        help="NAME[:delta.prop=value,...] table layout to measure (repeatable); default: the "
-        "silver properties as refine sets them",
+        help="NAME[:delta.prop=value,...] the silver properties as refine sets them, overridden "
+        "by these (repeatable); default: one variant 'silver', unchanged",
     )
     parser.add_argument(
         "--compare-broadcast",
