@@ -1,8 +1,10 @@
 """Bronze ingest throughput: `ingest_events` against a minimal hand-written
 readStream.format("kafka") -> writeStream.format("delta") job, same pre-loaded topic, same
-session, alternating runs.
+session, alternating runs. Each job appends to its own table, which exists after the
+unreported warm-up run, as a scheduled job finds it; every run reads the whole topic with a new
+checkpoint. `--fresh-tables` measures first runs instead (every run creates its table).
 
-    .venv/bin/python bench/bronze_ingest.py --events 1000000 --rounds 3
+    .venv/bin/python bench/bronze_ingest.py --events 1000000 --rounds 5
 
 Reports records/s, CPU-seconds per million records (driver JVM + Python), files written and
 the ratio ours/baseline. Needs Kafka (started here if it is not running).
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lakehouse import kafka, services
-from lakehouse.ingest import IngestOptions, ingest
+from lakehouse.ingest import IngestOptions, bronze_path, ingest
 from lakehouse.settings import Settings, SourceSettings, load_settings, project_root
 from lakehouse.spark import build_session
 
@@ -75,7 +77,7 @@ def files_in(path: str) -> int:
     return sum(1 for p in Path(path).rglob("*.parquet"))
 
 
-def baseline(spark: Any, settings: Settings, topic: str, out: str) -> None:
+def baseline(spark: Any, settings: Settings, topic: str, out: str, checkpoint: str) -> None:
     (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
@@ -84,7 +86,7 @@ def baseline(spark: Any, settings: Settings, topic: str, out: str) -> None:
         .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER))
         .load()
         .writeStream.format("delta")
-        .option("checkpointLocation", out + "_checkpoint")
+        .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start(out)
         .awaitTermination()
@@ -92,10 +94,11 @@ def baseline(spark: Any, settings: Settings, topic: str, out: str) -> None:
 
 
 def measure(
-    label: str, run: Callable[[], str], events: int, jvm_pid: int
+    label: str, path: str, run: Callable[[], None], events: int, jvm_pid: int
 ) -> dict[str, float | str]:
+    before = files_in(path)
     cpu0, t0 = cpu_seconds(jvm_pid), time.perf_counter()
-    path = run()
+    run()
     wall = time.perf_counter() - t0
     cpu = cpu_seconds(jvm_pid) - cpu0
     return {
@@ -103,7 +106,7 @@ def measure(
         "seconds": round(wall, 2),
         "records_per_s": round(events / wall),
         "cpu_s_per_million": round(cpu / events * 1e6, 1),
-        "files": files_in(path),
+        "files": files_in(path) - before,
     }
 
 
@@ -111,11 +114,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--fresh-tables",
+        action="store_true",
+        help="every run writes a new table (first-run cost: bronze's explicit create commit) "
+        "instead of appending to the table its job already has, as a scheduled job does",
+    )
+    parser.add_argument(
+        "--driver-memory",
+        default="4g",
+        help="spark.driver.memory, for both jobs (local mode: the executors' heap too)",
+    )
+    parser.add_argument("--warmup", type=int, default=2, help="unreported runs of each job")
     args = parser.parse_args()
 
     services.start_kafka(project_root())
     work = tempfile.mkdtemp(prefix="bench-bronze-")
-    settings = load_settings("test", overrides={"storage.root": work})
+    settings = load_settings(
+        "test",
+        overrides={"storage.root": work, "spark.conf": {"spark.driver.memory": args.driver_memory}},
+    )
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
     preload(settings, topic, args.events)
@@ -125,39 +143,46 @@ def main() -> None:
     context: Any = spark.sparkContext  # py4j handles are untyped
     jvm_pid = int(context._jvm.ProcessHandle.current().pid())
     results: list[dict[str, float | str]] = []
+    runs = iter(range(1_000_000))  # a fresh checkpoint (and source name) for every run
+
+    def table(kind: str) -> str:
+        return f"{kind}{next(runs)}" if args.fresh_tables else kind
+
+    def ours() -> tuple[str, Callable[[], None]]:
+        name = f"bench{next(runs)}"  # the checkpoint is per source name: read from earliest
+        source = SourceSettings(
+            kind="events",
+            topics=(topic,),
+            max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER,
+            bronze_table=table("ours"),
+        )
+        ours_settings = replace(settings, sources={name: source})
+
+        def run() -> None:
+            ingest(spark, ours_settings, IngestOptions(name), "events")
+
+        return bronze_path(ours_settings, name, source), run
+
+    def base() -> tuple[str, Callable[[], None]]:
+        out, checkpoint = f"{work}/{table('baseline')}", f"{work}/checkpoint{next(runs)}"
+        return out, lambda: baseline(spark, settings, topic, out, checkpoint)
+
     try:
-        # Warm-up (not reported): JIT, class loading and Kafka page cache for both jobs.
-        baseline(spark, settings, topic, f"{work}/warmup")
-        warm = SourceSettings(
-            kind="events", topics=(topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
-        )
-        ingest(
-            spark, replace(settings, sources={"warmup": warm}), IngestOptions("warmup"), "events"
-        )
+        # Warm-up (not reported): JIT, class loading and Kafka page cache for both jobs; it
+        # also creates each job's table, which later runs append to (unless --fresh-tables).
+        for _ in range(args.warmup):
+            for make in (base, ours):
+                make()[1]()
         for round_no in range(args.rounds):
-            name = f"bench{round_no}"
-            source = SourceSettings(
-                kind="events", topics=(topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
-            )
-            ours_settings = replace(settings, sources={name: source})
-
-            def ours(n: str = name, s: Settings = ours_settings) -> str:
-                ingest(spark, s, IngestOptions(n), "events")
-                return s.storage.path("bronze", n)
-
-            def base(r: int = round_no) -> str:
-                out = f"{work}/baseline{r}"
-                baseline(spark, settings, topic, out)
-                return out
-
-            pair: list[tuple[str, Callable[[], str]]] = [
+            pair: list[tuple[str, Callable[[], tuple[str, Callable[[], None]]]]] = [
                 ("ingest_events", ours),
                 ("baseline", base),
             ]
             if round_no % 2:
                 pair.reverse()  # alternate who goes first (page cache, JIT warm-up)
-            for label, run in pair:
-                result = measure(label, run, args.events, jvm_pid)
+            for label, make in pair:
+                path, run = make()
+                result = measure(label, path, run, args.events, jvm_pid)
                 results.append(result)
                 print(json.dumps(result))
     finally:

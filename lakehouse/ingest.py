@@ -68,7 +68,11 @@ def ingest(
     result = IngestResult(options.source, path)
 
     tables.create_table(
-        spark, path, bronze.bronze_schema(kind), bronze.BRONZE_PROPERTIES, bronze.PARTITION_COLUMNS
+        spark,
+        path,
+        bronze.bronze_schema(kind),
+        bronze.bronze_properties(kind),
+        bronze.PARTITION_COLUMNS,
     )
     has_checkpoint = offsets.checkpoint_exists(spark, checkpoint)
     if has_checkpoint and (options.start_from is not None or options.historical):

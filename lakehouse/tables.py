@@ -43,10 +43,14 @@ def checkpoint_path(settings: Settings, job: str, name: str) -> str:
 
 
 def exists(spark: SparkSession, path: str) -> bool:
-    """A Delta table is there when its log holds a commit or a checkpoint: a file listing, not
-    a log replay (this runs at the start of every scheduled job)."""
-    names = fs.list_names(spark, f"{path.rstrip('/')}/_delta_log")
-    return any(n.endswith(".json") or n == "_last_checkpoint" for n in names)
+    """A Delta table is there when its log holds its first commit or a checkpoint (log
+    cleanup removes commits only after a checkpoint, which writes `_last_checkpoint`). Two
+    file probes, not a listing of a long log nor a log replay: this runs at the start of
+    every scheduled job."""
+    log_dir = f"{path.rstrip('/')}/_delta_log"
+    return fs.exists(spark, f"{log_dir}/{0:020d}.json") or fs.exists(
+        spark, f"{log_dir}/_last_checkpoint"
+    )
 
 
 def create_table(

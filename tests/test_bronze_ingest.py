@@ -92,6 +92,10 @@ def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
         "delta.enableChangeDataFeed": "true",
     }
     assert props["pipelines.reset.allowed"] == "false"
+    # File statistics only on the columns bronze is searched by (not the raw bytes).
+    assert props["delta.dataSkippingStatsColumns"] == (
+        "topic,partition,offset,kafka_timestamp,ingest_time,value_status"
+    )
     row = bronze(spark, settings, name).collect()[0]
     assert (row["topic"], row["source"], row["value_size"], row["historical_version"]) == (
         topic,
