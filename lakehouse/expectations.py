@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
 
 ACTIONS = ("warn", "drop", "quarantine", "fail")
 FAILED = "_failed_expectations"  # array<string> of failed rule names, per row
+# The failed rules of a row as bits: one long per 63 rules (`_failed_mask0`, ...). Cheap to
+# compute, count and filter on; the names are only made for rows that are quarantined.
+MASK = "_failed_mask"
+_BITS = 63
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
@@ -121,38 +126,87 @@ def from_settings(declared: Sequence[ExpectationSettings]) -> list[Expectation]:
     ]
 
 
+def mask_columns(count: int) -> list[str]:
+    """The columns `evaluate` adds for `count` rules: one long per 63 rules (at least one)."""
+    return [f"{MASK}{group}" for group in range(max(1, -(-count // _BITS)))]
+
+
+def _bit(index: int) -> tuple[str, int]:
+    return f"{MASK}{index // _BITS}", 1 << (index % _BITS)
+
+
 def evaluate(df: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
-    """Add `_failed_expectations`: the names of the rules each row fails, in one projection
-    (no extra Spark job per rule)."""
+    """Add the failed-rule bitmask: bit i set when the row fails rule i. One projection of
+    plain arithmetic (no extra Spark job per rule, no per-row array or lambda): the names are
+    made later, and only for the rows that need them (`with_failed_names`)."""
     from pyspark.sql import functions as F
 
-    checks: list[Column] = [
-        F.when(~F.coalesce(F.expr(e.sql).cast("boolean"), F.lit(False)), F.lit(e.name))
-        for e in expectations
-    ]
-    failed = F.filter(F.array(*checks), lambda c: c.isNotNull()) if checks else F.array()
-    return df.withColumn(FAILED, failed.cast("array<string>"))
+    def term(index: int, e: Expectation) -> Column:
+        fails = ~F.coalesce(F.expr(e.sql).cast("boolean"), F.lit(False))
+        return F.when(fails, F.lit(_bit(index)[1])).otherwise(F.lit(0)).cast("long")
+
+    masks = []
+    for column in mask_columns(len(expectations)):
+        terms = [term(i, e) for i, e in enumerate(expectations) if _bit(i)[0] == column]
+        masks.append(
+            reduce(lambda a, b: a.bitwiseOR(b), terms, F.lit(0).cast("long")).alias(column)
+        )
+    return df.select("*", *masks)
 
 
-def _fails_any(names: Sequence[str]) -> Column:
+def fails(expectations: Sequence[Expectation], name: str) -> Column:
+    """Whether the row fails rule `name` (an evaluated frame)."""
     from pyspark.sql import functions as F
 
-    if not names:
-        return F.lit(False)
-    return F.arrays_overlap(F.col(FAILED), F.array(*[F.lit(n) for n in names]))
+    index = next(i for i, e in enumerate(expectations) if e.name == name)
+    column, bit = _bit(index)
+    return F.col(column).bitwiseAND(F.lit(bit)) != 0
+
+
+def fails_any(expectations: Sequence[Expectation], names: Sequence[str]) -> Column:
+    """Whether the row fails at least one of `names`: one AND per 63 rules."""
+    from pyspark.sql import functions as F
+
+    groups: dict[str, int] = {}
+    for i, e in enumerate(expectations):
+        if e.name in names:
+            column, bit = _bit(i)
+            groups[column] = groups.get(column, 0) | bit
+    tests = [F.col(column).bitwiseAND(F.lit(bits)) != 0 for column, bits in groups.items()]
+    return reduce(lambda a, b: a | b, tests, F.lit(False))
+
+
+def failed_names(expectations: Sequence[Expectation]) -> Column:
+    """`_failed_expectations`: the names of the rules the row fails, in declaration order."""
+    from pyspark.sql import functions as F
+
+    names = [F.when(fails(expectations, e.name), F.lit(e.name)) for e in expectations]
+    listed = F.filter(F.array(*names), lambda n: n.isNotNull()) if names else F.array()
+    return listed.cast("array<string>")
+
+
+def with_failed_names(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
+    """The evaluated rows with `_failed_expectations` (names) in place of the bitmask."""
+    masks = mask_columns(len(expectations))
+    return evaluated.withColumn(FAILED, failed_names(expectations)).drop(*masks)
+
+
+def _removing(expectations: Sequence[Expectation]) -> list[str]:
+    return [e.name for e in expectations if e.action in ("drop", "quarantine", "fail")]
 
 
 def kept(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
-    """Rows that go on to the target: not failing any drop, quarantine or fail rule."""
-    removing = [e.name for e in expectations if e.action in ("drop", "quarantine", "fail")]
-    return evaluated.where(~_fails_any(removing))
+    """Rows that go on to the target: not failing any drop, quarantine or fail rule (without
+    the bitmask)."""
+    removing = fails_any(expectations, _removing(expectations))
+    return evaluated.where(~removing).drop(*mask_columns(len(expectations)))
 
 
 def quarantined(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
-    """Rows for the quarantine table: failing at least one quarantine rule (and no fail rule,
-    which stops the batch before anything is written)."""
+    """Rows for the quarantine table, with their failed rule names: failing at least one
+    quarantine rule (and no fail rule, which stops the batch before anything is written)."""
     names = [e.name for e in expectations if e.action == "quarantine"]
-    return evaluated.where(_fails_any(names))
+    return with_failed_names(evaluated.where(fails_any(expectations, names)), expectations)
 
 
 def metrics(
@@ -164,10 +218,7 @@ def metrics(
     if not expectations:
         return {}
     total = F.count(F.lit(1)).alias("_rows")
-    failed = [
-        F.sum(F.array_contains(F.col(FAILED), e.name).cast("long")).alias(e.name)
-        for e in expectations
-    ]
+    failed = [F.sum(fails(expectations, e.name).cast("long")).alias(e.name) for e in expectations]
     row = evaluated.agg(total, *failed).collect()[0]
     rows = int(row["_rows"])
     return {e.name: (rows - int(row[e.name] or 0), int(row[e.name] or 0)) for e in expectations}
@@ -180,13 +231,12 @@ def check_fail_rules(
     sample_size: int = 3,
 ) -> None:
     """Raise ExpectationFailed for the first violated `fail` rule, with a sample of rows."""
-    from pyspark.sql import functions as F
 
     for e in expectations:
         if e.action == "fail" and counts.get(e.name, (0, 0))[1] > 0:
             sample = (
-                evaluated.where(F.array_contains(F.col(FAILED), e.name))
-                .drop(FAILED)
+                evaluated.where(fails(expectations, e.name))
+                .drop(*mask_columns(len(expectations)))
                 .limit(sample_size)
                 .collect()
             )

@@ -23,7 +23,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import bronze, cdc, fs, silver, tables
-from lakehouse.expectations import FAILED, Expectation, ExpectationFailed, evaluate, from_settings
+from lakehouse.expectations import (
+    Expectation,
+    ExpectationFailed,
+    evaluate,
+    failed_names,
+    fails,
+    fails_any,
+    from_settings,
+)
 from lakehouse.ingest import bronze_path
 from lakehouse.settings import Settings, SettingsError, SilverTableSettings
 from lakehouse.silver import ParsedSchema, SchemaDriftError
@@ -270,7 +278,7 @@ def _refine_batch(batch: DataFrame, batch_id: int, plan: _Plan, result: RefineRe
     records = _transform(batch, plan.table, plan.kind, plan.schema)
     if plan.kind == "cdc":
         records = _resolve_toast(spark, plan, records)
-    evaluated = silver.with_failed_rules(evaluate(records, plan.expectations[1:]))
+    evaluated = silver.with_failed_rules(evaluate(records, plan.expectations), plan.expectations)
     evaluated = evaluated.persist()
     try:
         stats = _batch_stats(evaluated, plan.expectations)
@@ -352,10 +360,7 @@ def _batch_stats(evaluated: DataFrame, expectations: Sequence[Expectation]) -> _
     from pyspark.sql import functions as F
 
     def overlap(action: Sequence[str]) -> Column:
-        names = [e.name for e in expectations if e.action in action]
-        if not names:
-            return F.lit(False)
-        return F.arrays_overlap(F.col(FAILED), F.array(*[F.lit(n) for n in names]))
+        return fails_any(expectations, [e.name for e in expectations if e.action in action])
 
     def count_if(condition: Column) -> Column:
         return F.sum(condition.cast("long"))
@@ -368,7 +373,7 @@ def _batch_stats(evaluated: DataFrame, expectations: Sequence[Expectation]) -> _
         count_if(quarantine).alias("_quarantined"),
         count_if(removed & ~quarantine).alias("_dropped"),
         F.array_distinct(F.flatten(F.collect_set(silver.UNKNOWN))).alias("_unknown"),
-        *[count_if(F.array_contains(F.col(FAILED), e.name)).alias(e.name) for e in expectations],
+        *[count_if(fails(expectations, e.name)).alias(e.name) for e in expectations],
     ]
     is_cdc = cdc.OP in evaluated.columns
     if is_cdc:
@@ -647,7 +652,9 @@ def replay_quarantine(
         records = records.withColumn(column, F.expr(expression).cast(row[column].dataType))
     checked = F.col(cdc.OP).isin(*silver.UPSERT_OPS) if source.kind == "cdc" else F.lit(True)
     records = records.withColumn(silver.CHECKED, checked)
-    evaluated = silver.with_failed_rules(evaluate(records, plan.expectations[1:])).persist()
+    evaluated = silver.with_failed_rules(
+        evaluate(records, plan.expectations), plan.expectations
+    ).persist()
     try:
         stats = _batch_stats(evaluated.drop("_lh_id"), plan.expectations)
         from lakehouse.expectations import check_fail_rules, kept
@@ -662,7 +669,7 @@ def replay_quarantine(
         )
         outcome = evaluated.select(
             F.col("_lh_id").alias("id"),
-            F.col(FAILED).alias("failed_rules"),
+            failed_names(plan.expectations).alias("failed_rules"),
             F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in row.fields])).alias("record"),
             _outcome(plan.expectations).alias("status"),
         )
@@ -703,10 +710,7 @@ def _outcome(expectations: Sequence[Expectation]) -> Column:
     from pyspark.sql import functions as F
 
     def failing(action: str) -> Column:
-        names = [e.name for e in expectations if e.action == action]
-        if not names:
-            return F.lit(False)
-        return F.arrays_overlap(F.col(FAILED), F.array(*[F.lit(n) for n in names]))
+        return fails_any(expectations, [e.name for e in expectations if e.action == action])
 
     return (
         F.when(failing("quarantine"), F.lit("quarantined"))

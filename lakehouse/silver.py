@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from lakehouse.expectations import FAILED, Expectation
+from lakehouse.expectations import FAILED, MASK, Expectation, mask_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -295,17 +295,20 @@ def resolve_unchanged_toast(
     )
 
 
-def with_failed_rules(evaluated: DataFrame) -> DataFrame:
-    """Settle `_failed_expectations` for rows user rules do not apply to: an unparsable record
-    fails only `parsable`; a delete or truncate fails nothing."""
+def with_failed_rules(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
+    """Settle the failed-rule bits for rows user rules do not apply to: an unparsable record
+    fails only `parsable` (rule 0 of `expectations`); a delete or truncate fails nothing."""
     from pyspark.sql import functions as F
 
-    return evaluated.withColumn(
-        FAILED,
-        F.when(F.col(ERROR).isNotNull(), F.array(F.lit(PARSABLE.name)))
-        .when(~F.col(CHECKED), F.array().cast("array<string>"))
-        .otherwise(F.col(FAILED)),
-    )
+    assert expectations[0] == PARSABLE, "the parsable rule comes first"
+    settled = {}
+    for group, column in enumerate(mask_columns(len(expectations))):
+        settled[column] = (
+            F.when(F.col(ERROR).isNotNull(), F.lit(1 if group == 0 else 0).cast("long"))
+            .when(~F.col(CHECKED), F.lit(0).cast("long"))
+            .otherwise(F.col(column))
+        )
+    return evaluated.withColumns(settled)
 
 
 def event_upserts(records: DataFrame, sequence_by: str) -> DataFrame:
@@ -326,7 +329,11 @@ def event_upserts(records: DataFrame, sequence_by: str) -> DataFrame:
 def silver_columns(batch: DataFrame) -> list[str]:
     """The columns a batch contributes to silver: everything but the transient ones, with
     `_rescued_data` last (after exploded and evolved columns)."""
-    columns = [c for c in batch.columns if c not in (*TRANSIENT, FAILED, RESCUED)]
+    columns = [
+        c
+        for c in batch.columns
+        if c not in (*TRANSIENT, FAILED, RESCUED) and not c.startswith(MASK)
+    ]
     return [*columns, RESCUED] if RESCUED in batch.columns else columns
 
 

@@ -15,8 +15,10 @@ from lakehouse.expectations import (
     evaluate,
     great_expectation_sql,
     kept,
+    mask_columns,
     metrics,
     quarantined,
+    with_failed_names,
 )
 
 ORDERS = "order_id long, status string, amount double"
@@ -39,6 +41,9 @@ RULES = [
         "drop",
     ),
 ]
+
+
+RULES_2_AND_5 = ["amount_non_negative", "known_status"]
 
 
 def orders(spark: SparkSession) -> DataFrame:
@@ -65,22 +70,29 @@ def test_evaluate_names_failed_rules_per_row(spark: SparkSession) -> None:
         ],
         f"{ORDERS}, {FAILED} array<string>",
     )
+    evaluated = evaluate(orders(spark), RULES)
     assert_df_equality(
-        evaluate(orders(spark), RULES), expected, ignore_row_order=True, ignore_nullable=True
+        with_failed_names(evaluated, RULES), expected, ignore_row_order=True, ignore_nullable=True
     )
+    # Inside, the failed rules are bits: rule i of the declarations is bit i.
+    masks = {r[0]: r[1] for r in evaluated.select("order_id", *mask_columns(3)).collect()}
+    assert masks == {1: 0, 2: 2, 3: 1, None: 4, 5: 3}
 
 
 def test_actions_split_the_batch(spark: SparkSession) -> None:
     evaluated = evaluate(orders(spark), RULES)
     assert_df_equality(
-        kept(evaluated, RULES).drop(FAILED),
+        kept(evaluated, RULES),
         spark.createDataFrame([(1, "paid", 10.0), (3, "paid", -1.0)], ORDERS),
         ignore_row_order=True,
         ignore_nullable=True,
     )
     assert_df_equality(
-        quarantined(evaluated, RULES).drop(FAILED),
-        spark.createDataFrame([(2, "lost", 5.0), (5, None, None)], ORDERS),
+        quarantined(evaluated, RULES),
+        spark.createDataFrame(
+            [(2, "lost", 5.0, ["known_status"]), (5, None, None, RULES_2_AND_5)],
+            f"{ORDERS}, {FAILED} array<string>",
+        ),
         ignore_row_order=True,
         ignore_nullable=True,
     )
@@ -162,7 +174,41 @@ def test_malformed_declarations_are_named(build: object, message: str) -> None:
 def test_no_expectations_keeps_everything(spark: SparkSession) -> None:
     evaluated = evaluate(orders(spark), [])
     assert_df_equality(
-        kept(evaluated, []).drop(FAILED), orders(spark), ignore_row_order=True, ignore_nullable=True
+        kept(evaluated, []), orders(spark), ignore_row_order=True, ignore_nullable=True
     )
-    assert [r[FAILED] for r in evaluated.collect()] == [[]] * 5
+    assert [r[FAILED] for r in with_failed_names(evaluated, []).collect()] == [[]] * 5
     assert metrics(evaluated, []) == {}
+
+
+def test_more_rules_than_one_mask_holds(spark: SparkSession) -> None:
+    # 70 rules span two 63-bit masks; rule i fails for the order whose id is i % 64 (a
+    # missing id counts as 0), so every order fails one rule in each mask.
+    rules = [
+        Expectation(f"rule_{i}", f"coalesce(order_id, 0) <> {i % 64}", "warn") for i in range(70)
+    ]
+    rules[66] = Expectation("rule_66", "coalesce(order_id, 0) <> 2", "quarantine")
+    evaluated = evaluate(orders(spark), rules)
+    assert mask_columns(70) == ["_failed_mask0", "_failed_mask1"]
+    names = {r["order_id"]: r[FAILED] for r in with_failed_names(evaluated, rules).collect()}
+    assert names == {
+        1: ["rule_1", "rule_65"],
+        2: ["rule_2", "rule_66"],
+        3: ["rule_3", "rule_67"],
+        None: ["rule_0", "rule_64"],
+        5: ["rule_5", "rule_69"],
+    }
+    assert_df_equality(
+        quarantined(evaluated, rules),
+        spark.createDataFrame(
+            [(2, "lost", 5.0, ["rule_2", "rule_66"])], f"{ORDERS}, {FAILED} array<string>"
+        ),
+        ignore_nullable=True,
+    )
+    assert kept(evaluated, rules).count() == 4
+    counts = metrics(evaluated, rules)
+    assert (counts["rule_63"], counts["rule_64"], counts["rule_66"], counts["rule_68"]) == (
+        (5, 0),
+        (4, 1),
+        (4, 1),
+        (5, 0),
+    )
