@@ -83,28 +83,41 @@ def run_job(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # py4j logs every gateway connection at INFO, down to interpreter exit: noise in a job log.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         settings = load_settings(env)
     except SettingsError as exc:
         return _fail(job, exc, EXIT_USAGE)
     spark = build_session(settings, job)
     try:
-        body(spark, settings)
+        outcome = _outcome(job, lambda: body(spark, settings))
+    finally:
+        spark.stop()
+    if outcome is None:
+        return EXIT_OK
+    # The verdict is printed after the session stopped, so it is the job's last line (Spark
+    # and py4j log their shutdown).
+    return _fail(job, *outcome)
+
+
+def _outcome(job: str, run: Callable[[], object]) -> tuple[object, int] | None:
+    """None when `run` succeeded, else (message, exit code) for what it raised."""
+    try:
+        run()
     except (SettingsError, StartFromError, ValueError) as exc:
-        return _fail(job, exc, EXIT_USAGE)
+        return exc, EXIT_USAGE
     except DataLossError as exc:
-        return _fail(job, exc, EXIT_DATA_LOSS)
+        return exc, EXIT_DATA_LOSS
     except ProtectedTableError as exc:
-        return _fail(job, exc, EXIT_PROTECTED)
+        return exc, EXIT_PROTECTED
     except (ExpectationFailed, SchemaDriftError) as exc:
-        return _fail(job, exc, EXIT_CONTRACT)
+        return exc, EXIT_CONTRACT
     except Exception as exc:
         logging.getLogger(job).exception("job failed")
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return _fail(job, f"{type(exc).__name__}: {first}", EXIT_FAILED)
-    finally:
-        spark.stop()
-    return EXIT_OK
+        return f"{type(exc).__name__}: {first}", EXIT_FAILED
+    return None
 
 
 def _fail(job: str, message: object, code: int) -> int:
