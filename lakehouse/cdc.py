@@ -70,16 +70,18 @@ def apply_scd1(
     changes: DataFrame,
     keys: Sequence[str],
     broadcast_changes: int = BROADCAST_CHANGES,
+    rows: int | None = None,
 ) -> None:
     """MERGE one batch of changes into the SCD1 target. Each key moves only forward in `_seq`,
     so applying batches in any order, or twice, ends in the same state. A batch of at most
-    `broadcast_changes` rows is broadcast to the MERGE's joins (0: never)."""
+    `broadcast_changes` rows is broadcast to the MERGE's joins (0: never). `rows`, when the
+    caller already knows it, is at least the number of changes (saves counting them)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     columns = [c for c in changes.columns if c not in CHANGE_META]
     source = latest_per_key(changes, keys)
-    if _broadcastable(spark, changes, broadcast_changes):
+    if _broadcastable(spark, changes, broadcast_changes, rows):
         source = F.broadcast(source)
     source = source.alias("s")
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
@@ -119,9 +121,11 @@ def apply_scd1(
     )
 
 
-def _broadcastable(spark: SparkSession, changes: DataFrame, limit: int) -> bool:
+def _broadcastable(spark: SparkSession, changes: DataFrame, limit: int, rows: int | None) -> bool:
     if limit <= 0 or str(spark.conf.get("spark.sql.autoBroadcastJoinThreshold")) == "-1":
         return False
+    if rows is not None:
+        return rows <= limit
     return changes.limit(limit + 1).count() <= limit
 
 

@@ -154,22 +154,26 @@ def evaluate(df: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
     return df.select("*", *masks)
 
 
-def fails(expectations: Sequence[Expectation], name: str) -> Column:
-    """Whether the row fails rule `name` (an evaluated frame)."""
+def _fails_at(index: int) -> Column:
     from pyspark.sql import functions as F
 
-    index = next(i for i, e in enumerate(expectations) if e.name == name)
     column, bit = _bit(index)
     return F.col(column).bitwiseAND(F.lit(bit)) != 0
 
 
-def fails_any(expectations: Sequence[Expectation], names: Sequence[str]) -> Column:
-    """Whether the row fails at least one of `names`: one AND per 63 rules."""
+def fails(expectations: Sequence[Expectation], name: str) -> Column:
+    """Whether the row fails rule `name` (an evaluated frame)."""
+    return _fails_at(next(i for i, e in enumerate(expectations) if e.name == name))
+
+
+def fails_any(expectations: Sequence[Expectation], actions: Sequence[str]) -> Column:
+    """Whether the row fails at least one rule whose action is in `actions`: one AND per 63
+    rules."""
     from pyspark.sql import functions as F
 
     groups: dict[str, int] = {}
     for i, e in enumerate(expectations):
-        if e.name in names:
+        if e.action in actions:
             column, bit = _bit(i)
             groups[column] = groups.get(column, 0) | bit
     tests = [F.col(column).bitwiseAND(F.lit(bits)) != 0 for column, bits in groups.items()]
@@ -180,7 +184,7 @@ def failed_names(expectations: Sequence[Expectation]) -> Column:
     """`_failed_expectations`: the names of the rules the row fails, in declaration order."""
     from pyspark.sql import functions as F
 
-    names = [F.when(fails(expectations, e.name), F.lit(e.name)) for e in expectations]
+    names = [F.when(_fails_at(i), F.lit(e.name)) for i, e in enumerate(expectations)]
     listed = F.filter(F.array(*names), lambda n: n.isNotNull()) if names else F.array()
     return listed.cast("array<string>")
 
@@ -191,22 +195,21 @@ def with_failed_names(evaluated: DataFrame, expectations: Sequence[Expectation])
     return evaluated.withColumn(FAILED, failed_names(expectations)).drop(*masks)
 
 
-def _removing(expectations: Sequence[Expectation]) -> list[str]:
-    return [e.name for e in expectations if e.action in ("drop", "quarantine", "fail")]
+REMOVING = ("drop", "quarantine", "fail")  # the actions that keep a row out of the target
 
 
 def kept(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
     """Rows that go on to the target: not failing any drop, quarantine or fail rule (without
     the bitmask)."""
-    removing = fails_any(expectations, _removing(expectations))
+    removing = fails_any(expectations, REMOVING)
     return evaluated.where(~removing).drop(*mask_columns(len(expectations)))
 
 
 def quarantined(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
     """Rows for the quarantine table, with their failed rule names: failing at least one
     quarantine rule (and no fail rule, which stops the batch before anything is written)."""
-    names = [e.name for e in expectations if e.action == "quarantine"]
-    return with_failed_names(evaluated.where(fails_any(expectations, names)), expectations)
+    failing = evaluated.where(fails_any(expectations, ("quarantine",)))
+    return with_failed_names(failing, expectations)
 
 
 def metrics(
@@ -218,7 +221,7 @@ def metrics(
     if not expectations:
         return {}
     total = F.count(F.lit(1)).alias("_rows")
-    failed = [F.sum(fails(expectations, e.name).cast("long")).alias(e.name) for e in expectations]
+    failed = [F.sum(_fails_at(i).cast("long")).alias(e.name) for i, e in enumerate(expectations)]
     row = evaluated.agg(total, *failed).collect()[0]
     rows = int(row["_rows"])
     return {e.name: (rows - int(row[e.name] or 0), int(row[e.name] or 0)) for e in expectations}

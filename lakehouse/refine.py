@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse import bronze, cdc, fs, silver, tables
 from lakehouse.expectations import (
+    REMOVING,
     Expectation,
     ExpectationFailed,
-    evaluate,
     failed_names,
     fails,
     fails_any,
@@ -278,7 +278,7 @@ def _refine_batch(batch: DataFrame, batch_id: int, plan: _Plan, result: RefineRe
     records = _transform(batch, plan.table, plan.kind, plan.schema)
     if plan.kind == "cdc":
         records = _resolve_toast(spark, plan, records)
-    evaluated = silver.with_failed_rules(evaluate(records, plan.expectations), plan.expectations)
+    evaluated = silver.evaluate_rules(records, plan.expectations)
     evaluated = evaluated.persist()
     try:
         stats = _batch_stats(evaluated, plan.expectations)
@@ -298,7 +298,8 @@ def _refine_batch(batch: DataFrame, batch_id: int, plan: _Plan, result: RefineRe
         from lakehouse.expectations import check_fail_rules, kept, quarantined
 
         check_fail_rules(evaluated.drop(*silver.TRANSIENT), plan.expectations, stats.per_rule)
-        _write_silver(spark, plan, kept(evaluated, plan.expectations), batch_id, stats.truncates)
+        kept_rows = kept(evaluated, plan.expectations)
+        _write_silver(spark, plan, kept_rows, stats.written, batch_id, stats.truncates)
         rejected = silver.quarantine_rows(
             quarantined(evaluated, plan.expectations), plan.name, plan.run_id, batch_id
         )
@@ -359,14 +360,11 @@ def _batch_stats(evaluated: DataFrame, expectations: Sequence[Expectation]) -> _
     written/dropped/quarantined, unknown field names and truncate positions."""
     from pyspark.sql import functions as F
 
-    def overlap(action: Sequence[str]) -> Column:
-        return fails_any(expectations, [e.name for e in expectations if e.action in action])
-
     def count_if(condition: Column) -> Column:
         return F.sum(condition.cast("long"))
 
-    quarantine = overlap(("quarantine",))
-    removed = overlap(("drop", "quarantine", "fail"))
+    quarantine = fails_any(expectations, ("quarantine",))
+    removed = fails_any(expectations, REMOVING)
     aggregates = [
         F.count(F.lit(1)).alias("_rows"),
         count_if(~removed).alias("_written"),
@@ -421,9 +419,12 @@ def _write_silver(
     spark: SparkSession,
     plan: _Plan,
     rows: DataFrame,
+    count: int,
     batch_id: int,
     truncates: Sequence[tuple[int, Any]],
 ) -> None:
+    """`count`: how many rows `rows` holds (from the batch's one aggregation), so the MERGE
+    need not count them again to decide on broadcasting."""
     columns = _row_columns(rows)
     mode, keys = plan.table.mode, list(plan.table.keys)
     if mode == "append":
@@ -434,7 +435,7 @@ def _write_silver(
             *[f"`{c}`" for c in columns], cdc.OP, cdc.SEQ
         )
         with _transaction(spark, plan.app_id, batch_id):
-            cdc.apply_scd1(spark, plan.path, changes, keys)
+            cdc.apply_scd1(spark, plan.path, changes, keys, rows=count)
         return
     changes = rows.where(f"{cdc.OP} <> '{silver.TRUNCATE}'").select(
         *[f"`{c}`" for c in columns], cdc.OP, cdc.SEQ, "_ts"
@@ -443,7 +444,7 @@ def _write_silver(
     # reached this batch, so a crash between the two redoes only the second.
     with _transaction(spark, plan.app_id, batch_id):
         if mode == "scd1":
-            cdc.apply_scd1(spark, plan.path, changes, keys)
+            cdc.apply_scd1(spark, plan.path, changes, keys, rows=count)
         else:
             cdc.apply_scd2(spark, plan.path, changes, keys, list(plan.table.track_columns))
     for i, (seq, ts) in enumerate(sorted(truncates, key=lambda t: t[0])):
@@ -652,9 +653,7 @@ def replay_quarantine(
         records = records.withColumn(column, F.expr(expression).cast(row[column].dataType))
     checked = F.col(cdc.OP).isin(*silver.UPSERT_OPS) if source.kind == "cdc" else F.lit(True)
     records = records.withColumn(silver.CHECKED, checked)
-    evaluated = silver.with_failed_rules(
-        evaluate(records, plan.expectations), plan.expectations
-    ).persist()
+    evaluated = silver.evaluate_rules(records, plan.expectations).persist()
     try:
         stats = _batch_stats(evaluated.drop("_lh_id"), plan.expectations)
         from lakehouse.expectations import check_fail_rules, kept
@@ -664,9 +663,8 @@ def replay_quarantine(
         )
         replay_app = f"{JOB}:replay:{name}:{plan.run_id}"
         replay_plan = _Plan(**{**plan.__dict__, "run_id": f"replay:{plan.run_id}"})
-        _write_silver(
-            spark, replay_plan, kept(evaluated, plan.expectations).drop("_lh_id"), version, ()
-        )
+        kept_rows = kept(evaluated, plan.expectations).drop("_lh_id")
+        _write_silver(spark, replay_plan, kept_rows, stats.written, version, ())
         outcome = evaluated.select(
             F.col("_lh_id").alias("id"),
             failed_names(plan.expectations).alias("failed_rules"),
@@ -709,11 +707,8 @@ def replay_quarantine(
 def _outcome(expectations: Sequence[Expectation]) -> Column:
     from pyspark.sql import functions as F
 
-    def failing(action: str) -> Column:
-        return fails_any(expectations, [e.name for e in expectations if e.action == action])
-
     return (
-        F.when(failing("quarantine"), F.lit("quarantined"))
-        .when(failing("drop"), F.lit("dropped"))
+        F.when(fails_any(expectations, ("quarantine",)), F.lit("quarantined"))
+        .when(fails_any(expectations, ("drop",)), F.lit("dropped"))
         .otherwise(F.lit("replayed"))
     )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from lakehouse.expectations import FAILED, MASK, Expectation, mask_columns
+from lakehouse.expectations import FAILED, MASK, Expectation, evaluate, mask_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -295,12 +295,14 @@ def resolve_unchanged_toast(
     )
 
 
-def with_failed_rules(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
-    """Settle the failed-rule bits for rows user rules do not apply to: an unparsable record
-    fails only `parsable` (rule 0 of `expectations`); a delete or truncate fails nothing."""
+def evaluate_rules(records: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
+    """The table's rules (`parsable` first) evaluated into the failed-rule bitmask, settled for
+    rows user rules do not apply to: an unparsable record fails only `parsable`; a delete or
+    truncate fails nothing."""
     from pyspark.sql import functions as F
 
     assert expectations[0] == PARSABLE, "the parsable rule comes first"
+    evaluated = evaluate(records, expectations)
     settled = {}
     for group, column in enumerate(mask_columns(len(expectations))):
         settled[column] = (
