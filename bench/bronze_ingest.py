@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -23,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from benchlib import cpu_seconds, jvm_pid, preload
 
 from lakehouse import kafka, services
 from lakehouse.ingest import IngestOptions, bronze_path, ingest
@@ -33,44 +34,15 @@ PARTITIONS = 2
 MAX_OFFSETS_PER_TRIGGER = 500_000
 
 
-def preload(settings: Settings, topic: str, events: int) -> None:
-    from confluent_kafka import Producer
-
-    kafka.ensure_topic(settings.kafka, topic, partitions=PARTITIONS)
-    producer = Producer(
-        kafka.client_config(
-            settings.kafka, **{"linger.ms": 50, "batch.size": 1_000_000, "acks": "all"}
-        )
-    )
-    for i in range(events):
-        value = json.dumps(
-            {
-                "order_id": i,
-                "customer_id": i % 997,
-                "order_status": "paid",
-                "amount": 12.5,
-                "ts": 1_767_225_600_000 + i,
-            }
-        ).encode()
-        while True:
-            try:
-                producer.produce(topic, value=value, key=str(i).encode(), partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError("preload did not finish")
-
-
-def cpu_seconds(jvm_pid: int) -> float:
-    """utime+stime of the driver JVM (all executor threads live there in local mode) + us."""
-    fields = Path(f"/proc/{jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    jvm = (int(fields[11]) + int(fields[12])) / ticks
-    own = os.times()
-    return jvm + own.user + own.system
+def event(i: int) -> dict[str, Any]:
+    """A small (~110 bytes) orders event."""
+    return {
+        "order_id": i,
+        "customer_id": i % 997,
+        "order_status": "paid",
+        "amount": 12.5,
+        "ts": 1_767_225_600_000 + i,
+    }
 
 
 def files_in(path: str) -> int:
@@ -94,13 +66,13 @@ def baseline(spark: Any, settings: Settings, topic: str, out: str, checkpoint: s
 
 
 def measure(
-    label: str, path: str, run: Callable[[], None], events: int, jvm_pid: int
+    label: str, path: str, run: Callable[[], None], events: int, pid: int
 ) -> dict[str, float | str]:
     before = files_in(path)
-    cpu0, t0 = cpu_seconds(jvm_pid), time.perf_counter()
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     run()
     wall = time.perf_counter() - t0
-    cpu = cpu_seconds(jvm_pid) - cpu0
+    cpu = cpu_seconds(pid) - cpu0
     return {
         "job": label,
         "seconds": round(wall, 2),
@@ -136,12 +108,11 @@ def main() -> None:
     )
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
-    preload(settings, topic, args.events)
+    preload(settings, topic, args.events, event, PARTITIONS)
     print(f"preloaded {args.events} events into {topic} in {time.perf_counter() - t0:.1f}s")
 
     spark = build_session(settings, "bench-bronze-ingest")
-    context: Any = spark.sparkContext  # py4j handles are untyped
-    jvm_pid = int(context._jvm.ProcessHandle.current().pid())
+    pid = jvm_pid(spark)
     results: list[dict[str, float | str]] = []
     runs = iter(range(1_000_000))  # a fresh checkpoint (and source name) for every run
 
@@ -182,7 +153,7 @@ def main() -> None:
                 pair.reverse()  # alternate who goes first (page cache, JIT warm-up)
             for label, make in pair:
                 path, run = make()
-                result = measure(label, path, run, args.events, jvm_pid)
+                result = measure(label, path, run, args.events, pid)
                 results.append(result)
                 print(json.dumps(result))
     finally:

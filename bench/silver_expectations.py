@@ -24,8 +24,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from benchlib import cpu_seconds, jvm_pid, preload
 
 from lakehouse import kafka, services
 from lakehouse.expectations import evaluate, from_settings, metrics
@@ -118,37 +119,6 @@ def event(i: int) -> dict[str, Any]:
     }
 
 
-def preload(settings: Settings, topic: str, events: int) -> None:
-    from confluent_kafka import Producer
-
-    kafka.ensure_topic(settings.kafka, topic, partitions=PARTITIONS)
-    producer = Producer(
-        kafka.client_config(
-            settings.kafka, **{"linger.ms": 50, "batch.size": 1_000_000, "acks": "all"}
-        )
-    )
-    for i in range(events):
-        value = json.dumps(event(i)).encode()
-        while True:
-            try:
-                producer.produce(topic, value=value, key=str(i).encode(), partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError("preload did not finish")
-
-
-def cpu_seconds(jvm_pid: int) -> float:
-    """utime+stime of the driver JVM (all executor threads live there in local mode) + us."""
-    fields = Path(f"/proc/{jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    own = os.times()
-    return (int(fields[11]) + int(fields[12])) / ticks + own.user + own.system
-
-
 def silver_table(mode: str, expectations: tuple[ExpectationSettings, ...]) -> SilverTableSettings:
     return SilverTableSettings(
         source=SOURCE,
@@ -239,7 +209,7 @@ def main() -> None:
     )
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
-    preload(settings, topic, args.events)
+    preload(settings, topic, args.events, event, PARTITIONS)
     print(f"preloaded {args.events} events into {topic} in {time.perf_counter() - t0:.1f}s")
     source = SourceSettings(
         kind="events", topics=(topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
@@ -247,8 +217,7 @@ def main() -> None:
     settings = replace(settings, sources={SOURCE: source}, silver={})
 
     spark = build_session(settings, "bench-silver-expectations")
-    context: Any = spark.sparkContext  # py4j handles are untyped
-    jvm_pid = int(context._jvm.ProcessHandle.current().pid())
+    pid = jvm_pid(spark)
     results: list[dict[str, Any]] = []
     gx_results: list[dict[str, Any]] = []
     try:
@@ -272,10 +241,10 @@ def main() -> None:
             order = list(tables.items())
             turn = round_no % len(order)
             for label, table in order[turn:] + order[:turn]:  # rotate who goes first
-                cpu0, t0 = cpu_seconds(jvm_pid), time.perf_counter()
+                cpu0, t0 = cpu_seconds(pid), time.perf_counter()
                 result = run_refine(spark, settings, table)
                 wall = time.perf_counter() - t0
-                cpu = cpu_seconds(jvm_pid) - cpu0
+                cpu = cpu_seconds(pid) - cpu0
                 if label == "none":
                     last_none = result.path
                 record = {

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchlib import cpu_seconds, jvm_pid
+
 from lakehouse import cdc, tables
 from lakehouse.refine import SILVER_PROPERTIES
 from lakehouse.settings import load_settings
@@ -167,14 +169,6 @@ def prepare(
     return Prepared(size, variant.name, path, version, len(parquet), round(mb, 1))
 
 
-def cpu_seconds(jvm_pid: int) -> float:
-    """utime+stime of the driver JVM (all executor threads live there in local mode) + us."""
-    fields = Path(f"/proc/{jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    own = os.times()
-    return (int(fields[11]) + int(fields[12])) / ticks + own.user + own.system
-
-
 def ours(spark: SparkSession, path: str, changes: DataFrame) -> None:
     cdc.apply_scd1(spark, path, changes, KEYS)
 
@@ -213,14 +207,14 @@ def measure(
     run: Callable[[SparkSession, str, DataFrame], None],
     table: Prepared,
     changes: DataFrame,
-    jvm_pid: int,
+    pid: int,
 ) -> dict[str, Any]:
     from delta.tables import DeltaTable
 
-    cpu0, t0 = cpu_seconds(jvm_pid), time.perf_counter()
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     run(spark, table.path, changes)
     seconds = time.perf_counter() - t0
-    cpu = cpu_seconds(jvm_pid) - cpu0
+    cpu = cpu_seconds(pid) - cpu0
     delta = DeltaTable.forPath(spark, table.path)
     last = delta.history(1).collect()[0]
     metrics = dict(last["operationMetrics"] or {})
@@ -280,8 +274,7 @@ def main() -> None:
         overrides={"storage.root": work, "spark.conf": {"spark.driver.memory": args.driver_memory}},
     )
     spark = build_session(settings, "bench-silver-merge")
-    context: Any = spark.sparkContext  # py4j handles are untyped
-    jvm_pid = int(context._jvm.ProcessHandle.current().pid())
+    pid = jvm_pid(spark)
     for pair in args.conf:
         key, _, value = pair.partition("=")
         spark.conf.set(key, value)
@@ -305,14 +298,14 @@ def main() -> None:
             jobs.insert(1, ("apply_scd1_shuffle", ours_shuffled))
         # Warm-up (not reported): JIT and class loading for both MERGEs, on the smallest table.
         for label, run in jobs:
-            measure(spark, label, run, prepared[0], frames[prepared[0].size], jvm_pid)
+            measure(spark, label, run, prepared[0], frames[prepared[0].size], pid)
         for round_no in range(args.rounds):
             # Alternate the size order and who goes first each round.
             order = prepared if round_no % 2 == 0 else list(reversed(prepared))
             for table in order:
                 turn = (round_no + prepared.index(table)) % len(jobs)
                 for label, run in jobs[turn:] + jobs[:turn]:  # rotate who goes first
-                    result = measure(spark, label, run, table, frames[table.size], jvm_pid)
+                    result = measure(spark, label, run, table, frames[table.size], pid)
                     results.append(result)
                     print(json.dumps(result))
     finally:
