@@ -26,8 +26,11 @@ if TYPE_CHECKING:
 OP, SEQ, TS = "_op", "_seq", "_ts"
 TARGET_SEQ, DELETED, DELETED_AT = "__seq", "__deleted", "__deleted_at"
 START_SEQ, END_SEQ, START_AT, END_AT = "__start_seq", "__end_seq", "__start_at", "__end_at"
+# Optional: where a change arrived (anything orderable, e.g. its Kafka topic, partition and
+# offset). It only breaks ties between changes of one key at the same `_seq`.
+ARRIVAL = "_arrival"
 UPSERT_OPS = ("c", "u", "r")
-CHANGE_META = (OP, SEQ, TS)
+CHANGE_META = (OP, SEQ, TS, ARRIVAL)
 # A batch of at most this many changes is broadcast into the SCD1 MERGE. Delta materializes a
 # MERGE source without a size estimate, so Spark otherwise plans a shuffle join and shuffles the
 # whole target just to find the files a few keys touch; a broadcast batch lets it scan the
@@ -38,11 +41,18 @@ BROADCAST_CHANGES = 50_000
 
 def latest_per_key(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
     """The change with the highest `_seq` per key. Exact replays collapse to one row; a batch
-    holding several changes of a key reduces to the one MERGE must apply."""
+    holding several changes of a key reduces to the one MERGE must apply.
+
+    Changes of a key at the same `_seq` (two events with the same timestamp): the first to
+    arrive wins when the changes carry `_arrival`, as it does across batches (the MERGE applies
+    only a strictly newer `_seq`). Where the batches were cut then decides nothing, as long as
+    a key's changes arrive in order (one Kafka partition per key). Without `_arrival` a tie
+    within a batch is resolved arbitrarily."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    order = Window.partitionBy(*keys).orderBy(F.col(SEQ).desc())
+    tiebreak = [F.col(ARRIVAL).asc()] if ARRIVAL in changes.columns else []
+    order = Window.partitionBy(*keys).orderBy(F.col(SEQ).desc(), *tiebreak)
     return (
         changes.where(F.col(OP).isin(*UPSERT_OPS, "d"))
         .withColumn("_rank", F.row_number().over(order))

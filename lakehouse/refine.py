@@ -425,20 +425,24 @@ def _write_silver(
 ) -> None:
     """`count`: how many rows `rows` holds (from the batch's one aggregation), so the MERGE
     need not count them again to decide on broadcasting."""
+    from pyspark.sql import functions as F
+
     columns = _row_columns(rows)
     mode, keys = plan.table.mode, list(plan.table.keys)
     if mode == "append":
         _append(rows.select(*[f"`{c}`" for c in columns]), plan.path, plan.app_id, batch_id)
         return
+    # Bronze lineage orders changes of a key at the same position: the first arrival wins.
+    arrival = F.struct(silver.TOPIC, silver.PARTITION, silver.OFFSET).alias(cdc.ARRIVAL)
     if mode == "upsert":
         changes = silver.event_upserts(rows, plan.table.sequence_by).select(
-            *[f"`{c}`" for c in columns], cdc.OP, cdc.SEQ
+            *[f"`{c}`" for c in columns], cdc.OP, cdc.SEQ, arrival
         )
         with _transaction(spark, plan.app_id, batch_id):
             cdc.apply_scd1(spark, plan.path, changes, keys, rows=count)
         return
     changes = rows.where(f"{cdc.OP} <> '{silver.TRUNCATE}'").select(
-        *[f"`{c}`" for c in columns], cdc.OP, cdc.SEQ, "_ts"
+        *[f"`{c}`" for c in columns], cdc.OP, cdc.SEQ, "_ts", *([arrival] if mode == "scd1" else [])
     )
     # Each commit of the batch has its own app id: Delta skips a commit whose app id already
     # reached this batch, so a crash between the two redoes only the second.

@@ -68,6 +68,33 @@ def test_late_older_changes_cannot_resurrect_or_overwrite(
     assert sorted((r["id"], r["__seq"]) for r in tombstones) == [(1, 30), (3, 50)]
 
 
+def test_same_position_first_arrival_wins_wherever_batches_are_cut(
+    spark: SparkSession, settings: Settings
+) -> None:
+    # Two updates of a key at one position (events with equal timestamps), in arrival order.
+    changes = [
+        (1, "ada", "london", "c", 10, 1),
+        (1, "first", "paris", "u", 20, 2),
+        (1, "second", "rome", "u", 20, 3),
+        (2, "alan", "wilmslow", "c", 11, 4),
+        (2, "alan a", "leeds", "u", 21, 5),
+        (2, "alan b", "york", "u", 21, 6),
+    ]
+    schema = f"{CHANGES}, _arrival long"
+    expected = spark.createDataFrame([(1, "first", "paris"), (2, "alan a", "leeds")], COLUMNS)
+
+    # One batch, listed last-arrival first: `_arrival`, not the order rows come in, decides.
+    one_batch = new_target(spark, settings)
+    apply_scd1(spark, one_batch, spark.createDataFrame(changes[::-1], schema), ["id"])
+    # One batch per change: across batches an equal position never overwrites.
+    per_change = new_target(spark, settings)
+    for change in changes:
+        apply_scd1(spark, per_change, spark.createDataFrame([change], schema), ["id"])
+
+    for path in (one_batch, per_change):
+        assert_df_equality(live(spark, path), expected, ignore_row_order=True, ignore_nullable=True)
+
+
 def test_tombstones_are_purged_only_after_retention(
     spark: SparkSession, settings: Settings
 ) -> None:
