@@ -433,6 +433,8 @@ def _write_silver(
         _append(rows.select(*[f"`{c}`" for c in columns]), plan.path, plan.app_id, batch_id)
         return
     # Bronze lineage orders changes of a key at the same position: the first arrival wins.
+    # Not for SCD2: its batch is unioned with changes rebuilt from the target, which have no
+    # lineage, and a CDC position repeats only in a replay of the same change.
     arrival = F.struct(silver.TOPIC, silver.PARTITION, silver.OFFSET).alias(cdc.ARRIVAL)
     if mode == "upsert":
         changes = silver.event_upserts(rows, plan.table.sequence_by).select(
