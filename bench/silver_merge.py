@@ -51,6 +51,10 @@ BASE_TS = 1_767_225_600_000
 STATUSES = ("created", "paid", "shipped", "cancelled")
 
 
+# (session, table path, change batch, its row count)
+Job = Callable[["SparkSession", str, "DataFrame", int], None]
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -169,16 +173,22 @@ def prepare(
     return Prepared(size, variant.name, path, version, len(parquet), round(mb, 1))
 
 
-def ours(spark: SparkSession, path: str, changes: DataFrame) -> None:
-    cdc.apply_scd1(spark, path, changes, KEYS)
+def ours(spark: SparkSession, path: str, changes: DataFrame, rows: int) -> None:
+    """As refine calls it: with the batch's row count, which refine has from its own pass."""
+    cdc.apply_scd1(spark, path, changes, KEYS, rows=rows)
 
 
-def ours_shuffled(spark: SparkSession, path: str, changes: DataFrame) -> None:
-    """apply_scd1 as it was before it broadcast small batches (for --compare-broadcast)."""
-    cdc.apply_scd1(spark, path, changes, KEYS, broadcast_changes=0)
+def ours_shuffled(spark: SparkSession, path: str, changes: DataFrame, rows: int) -> None:
+    """apply_scd1 without its broadcast of small batches (for --compare-broadcast)."""
+    cdc.apply_scd1(spark, path, changes, KEYS, rows=rows, broadcast_changes=0)
 
 
-def baseline(spark: SparkSession, path: str, changes: DataFrame) -> None:
+def ours_unfiltered(spark: SparkSession, path: str, changes: DataFrame, rows: int) -> None:
+    """apply_scd1 without the Bloom filter of the batch's keys (for --compare-key-filter)."""
+    cdc.apply_scd1(spark, path, changes, KEYS, rows=rows, key_filter_changes=0)
+
+
+def baseline(spark: SparkSession, path: str, changes: DataFrame, rows: int) -> None:
     from delta.tables import DeltaTable
 
     (
@@ -204,15 +214,16 @@ METRICS = (
 def measure(
     spark: SparkSession,
     label: str,
-    run: Callable[[SparkSession, str, DataFrame], None],
+    run: Job,
     table: Prepared,
     changes: DataFrame,
+    changes_rows: int,
     pid: int,
 ) -> dict[str, Any]:
     from delta.tables import DeltaTable
 
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    run(spark, table.path, changes)
+    run(spark, table.path, changes, changes_rows)
     seconds = time.perf_counter() - t0
     cpu = cpu_seconds(pid) - cpu0
     delta = DeltaTable.forPath(spark, table.path)
@@ -254,6 +265,11 @@ def main() -> None:
         help="also time apply_scd1 with broadcast_changes=0 (shuffle join, the former plan)",
     )
     parser.add_argument(
+        "--compare-key-filter",
+        action="store_true",
+        help="also time apply_scd1 without its Bloom filter of the batch's keys",
+    )
+    parser.add_argument(
         "--driver-memory",
         default="2g",
         help="spark.driver.memory (with Spark's 1g the hand-written MERGE's broadcast ran out of "
@@ -290,22 +306,26 @@ def main() -> None:
         for p in prepared:
             print(f"  {p.variant} {p.size:>10,} rows: {p.files} files, {p.mb} MB")
         frames = {p.size: changes_frame(spark, batch, p.size, sizes[0]) for p in prepared}
-        jobs: list[tuple[str, Callable[[SparkSession, str, DataFrame], None]]] = [
+        jobs: list[tuple[str, Job]] = [
             ("apply_scd1", ours),
             ("baseline", baseline),
         ]
+        if args.compare_key_filter:
+            jobs.insert(1, ("apply_scd1_unfiltered", ours_unfiltered))
         if args.compare_broadcast:
             jobs.insert(1, ("apply_scd1_shuffle", ours_shuffled))
         # Warm-up (not reported): JIT and class loading for both MERGEs, on the smallest table.
         for label, run in jobs:
-            measure(spark, label, run, prepared[0], frames[prepared[0].size], pid)
+            measure(spark, label, run, prepared[0], frames[prepared[0].size], args.changes, pid)
         for round_no in range(args.rounds):
             # Alternate the size order and who goes first each round.
             order = prepared if round_no % 2 == 0 else list(reversed(prepared))
             for table in order:
                 turn = (round_no + prepared.index(table)) % len(jobs)
                 for label, run in jobs[turn:] + jobs[:turn]:  # rotate who goes first
-                    result = measure(spark, label, run, table, frames[table.size], pid)
+                    result = measure(
+                        spark, label, run, table, frames[table.size], args.changes, pid
+                    )
                     results.append(result)
                     print(json.dumps(result))
     finally:

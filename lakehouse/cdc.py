@@ -37,6 +37,11 @@ CHANGE_META = (OP, SEQ, TS, ARRIVAL)
 # target in place (bench/silver_merge.py). Larger batches keep the shuffle join (driver
 # memory), as does spark.sql.autoBroadcastJoinThreshold=-1.
 BROADCAST_CHANGES = 50_000
+# A batch of at most this many changes narrows the MERGE's target scans with a Bloom filter of
+# its keys (`_might_contain_keys`). The filter is a literal of the MERGE condition, recorded in
+# the commit's operation parameters: at 3% false positives ~7.3 bits per key, so ~45 KB here.
+KEY_FILTER_CHANGES = 50_000
+KEY_FILTER_FPP = 0.03
 
 
 def latest_per_key(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -81,26 +86,35 @@ def apply_scd1(
     keys: Sequence[str],
     broadcast_changes: int = BROADCAST_CHANGES,
     rows: int | None = None,
+    key_filter_changes: int = KEY_FILTER_CHANGES,
 ) -> None:
     """MERGE one batch of changes into the SCD1 target. Each key moves only forward in `_seq`,
     so applying batches in any order, or twice, ends in the same state. A batch of at most
-    `broadcast_changes` rows is broadcast to the MERGE's joins (0: never). `rows`, when the
-    caller already knows it, is at least the number of changes (saves counting them)."""
+    `broadcast_changes` rows is broadcast to the MERGE's joins (0: never); one of at most
+    `key_filter_changes` rows also narrows the MERGE's target scans with a Bloom filter of its
+    keys (0: never; see `_might_contain_keys`). `rows`, when the caller already knows it, is at
+    least the number of changes (saves counting them)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
+    if rows is None:
+        rows = changes.count()
     columns = [c for c in changes.columns if c not in CHANGE_META]
+    target = DeltaTable.forPath(spark, target_path)
     source = latest_per_key(changes, keys)
-    if _broadcastable(spark, changes, broadcast_changes, rows):
+    if _broadcastable(spark, broadcast_changes, rows):
         source = F.broadcast(source)
     source = source.alias("s")
-    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+    on = F.expr(" AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys))
+    types = {f.name.lower(): f.dataType for f in target.toDF().schema.fields}
+    key_types = {k: types[k.lower()] for k in keys}  # Spark resolves names case-insensitively
+    if rows <= key_filter_changes:
+        on = on & _might_contain_keys(spark, changes, keys, key_types, rows)
     newer = f"s.{SEQ} > t.{TARGET_SEQ}"
     upsert = f"s.{OP} IN ({', '.join(repr(o) for o in UPSERT_OPS)})"
     row = {f"`{c}`": f"s.`{c}`" for c in columns}
     (
-        DeltaTable.forPath(spark, target_path)
-        .alias("t")
+        target.alias("t")
         .merge(source, on)
         .whenMatchedUpdate(
             condition=f"{newer} AND {upsert}",
@@ -131,12 +145,51 @@ def apply_scd1(
     )
 
 
-def _broadcastable(spark: SparkSession, changes: DataFrame, limit: int, rows: int | None) -> bool:
+def _broadcastable(spark: SparkSession, limit: int, rows: int) -> bool:
     if limit <= 0 or str(spark.conf.get("spark.sql.autoBroadcastJoinThreshold")) == "-1":
         return False
-    if rows is not None:
-        return rows <= limit
-    return changes.limit(limit + 1).count() <= limit
+    return rows <= limit
+
+
+def _might_contain_keys(
+    spark: SparkSession,
+    changes: DataFrame,
+    keys: Sequence[str],
+    key_types: dict[str, DataType],
+    rows: int,
+) -> Column:
+    """A target-only conjunct for the MERGE condition: the target row's key hash is in a Bloom
+    filter of the batch's keys. It holds for every target row the batch matches, so the MERGE's
+    outcome is the same: a Bloom filter has no false negatives, both sides hash the key as the
+    target's type, and Spark's xxhash64 hashes values that `<=>` finds equal alike (-0.0 and
+    0.0, collated strings), as Spark's own runtime join filters rely on. But Spark pushes it
+    into the target scans, below the outer join that applies the batch: without it, every row
+    of every touched file (random keys touch them all) is shuffled into that join, and the
+    MERGE grows with the table (bench/README.md). Building it is one small Spark job over the
+    batch; it is one binary literal, where a list of the batch's key literals cost seconds of
+    planning."""
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic (non-Connect) session has a JVM
+    hashed = changes.select(
+        F.xxhash64(*[F.col(f"`{k}`").cast(key_types[k]) for k in keys]).alias("h")
+    )
+    # Spark builds no filter from an empty input (the batch may hold no upserts); one extra
+    # hash in it can only let one more target row through.
+    hashed = hashed.union(spark.range(1).select(F.lit(0).cast("long").alias("h")))
+    bloom = hashed._jdf.stat().bloomFilter("h", rows + 1, KEY_FILTER_FPP)
+    bits = jvm.java.io.ByteArrayOutputStream()
+    bloom.writeTo(bits)
+    # Spark's own runtime-filter expression (what it injects for selective joins); it has no
+    # SQL name, so it is built on the JVM side.
+    expressions = jvm.org.apache.spark.sql.classic.ExpressionUtils
+    contains = jvm.org.apache.spark.sql.catalyst.expressions.BloomFilterMightContain(
+        expressions.expression(F.lit(bytearray(bits.toByteArray()))._jc),
+        expressions.expression(F.xxhash64(*[F.col(f"t.`{k}`") for k in keys])._jc),
+    )
+    return Column(expressions.column(contains))
 
 
 def current_rows(target: DataFrame) -> DataFrame:
