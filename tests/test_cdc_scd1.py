@@ -25,9 +25,9 @@ CHANGES = "id long, name string, city string, _op string, _seq long"
 Change = tuple[int, str | None, str | None, str, int]
 
 
-def new_target(spark: SparkSession, settings: Settings) -> str:
+def new_target(spark: SparkSession, settings: Settings, columns: StructType = COLUMNS) -> str:
     path = settings.storage.path("silver", f"scd1_{uuid.uuid4().hex[:8]}")
-    tables.create_table(spark, path, scd1_schema(COLUMNS), {"delta.enableChangeDataFeed": "true"})
+    tables.create_table(spark, path, scd1_schema(columns), {"delta.enableChangeDataFeed": "true"})
     return path
 
 
@@ -110,16 +110,14 @@ def test_key_filter_matches_keys_typed_unlike_the_target_nulls_and_negative_zero
         ]
     )
     keys = ["id", "region"]
-    path = settings.storage.path("silver", f"scd1_{uuid.uuid4().hex[:8]}")
-    tables.create_table(spark, path, scd1_schema(columns), {"delta.enableChangeDataFeed": "true"})
+    path = new_target(spark, settings, columns)
     first = [(0.0, "eu", "a", "c", 1), (1.0, None, "b", "c", 2), (2.0, "us", "c", "c", 3)]
     second = [(-0.0, "eu", "A", "u", 4), (1.0, None, "B", "u", 5), (3.0, "us", "d", "c", 6)]
     for id_type, batch in (("double", first), ("float", second)):
         ddl = f"id {id_type}, region string, name string, _op string, _seq long"
         apply_scd1(spark, path, spark.createDataFrame(batch, ddl), keys)
 
-    last = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()
-    assert last is not None
+    last = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()[0]
     predicate = last["operationParameters"]["predicate"]
     assert "might_contain" in predicate  # the filter was in the MERGE, so this tests it
     expected = spark.createDataFrame(
