@@ -80,9 +80,10 @@ def bronze_schema(kind: str) -> StructType:
         StructField("source", StringType()),
         StructField("ingest_time", TimestampType()),
         StructField("ingest_date", DateType()),
-        StructField("value_size", IntegerType()),
         StructField("value_status", StringType()),
-        # Set for rows loaded by --historical: the snapshot's Delta version (else null).
+        # Set for rows loaded by --historical: the snapshot's Delta version. Live rows do not
+        # write it at all: Delta reads a table column missing from a file as null, and every
+        # column a file carries costs Parquet work per row, even when null (bench/README.md).
         StructField("historical_version", LongType()),
     ]
     if kind == "cdc":
@@ -97,68 +98,64 @@ def bronze_schema(kind: str) -> StructType:
     return StructType(fields)
 
 
-def _event_status(max_value_bytes: int) -> Column:
+# The bronze projection is SQL text, parsed and analysed in one call: built as ~100 Column
+# objects over py4j it took 0.1 s more per job run (bench/README.md).
+_IS_UTF8 = "is_valid_utf8(CAST(value AS STRING))"
+
+
+def _sql_string(text: str) -> str:
+    """`text` as a Spark SQL string literal (backslash escapes are on by default)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _size_checks(null_status: str, max_value_bytes: int) -> str:
+    """The first WHEN branches of every value_status CASE: no value, an empty one, or one too
+    big to parse."""
+    return (
+        f"WHEN value IS NULL THEN '{null_status}' "
+        f"WHEN length(value) = 0 THEN '{EMPTY_VALUE}' "
+        f"WHEN length(value) > {max_value_bytes} THEN '{OVERSIZE}'"
+    )
+
+
+def _event_status(max_value_bytes: int) -> str:
     """Per-row diagnosis, cheapest test first: a well-formed event pays only for a length and
     two byte comparisons; the UTF-8 scan runs only for rows that already failed."""
-    from pyspark.sql import functions as F
-
     return (
-        _size_status(NULL_VALUE, max_value_bytes)
-        .when(_looks_like_json_document(), F.lit(OK))
-        .when(~_is_utf8(), F.lit(INVALID_UTF8))
-        .otherwise(F.lit(INVALID_JSON))
+        f"CASE {_size_checks(NULL_VALUE, max_value_bytes)} "
+        f"WHEN {_looks_like_json_document()} THEN '{OK}' "
+        f"WHEN NOT {_IS_UTF8} THEN '{INVALID_UTF8}' "
+        f"ELSE '{INVALID_JSON}' END"
     )
 
 
-def _size_status(null_status: str, max_value_bytes: int) -> Column:
-    """The start of every value_status chain: no value, an empty one, or one too big to parse."""
-    from pyspark.sql import functions as F
-
-    value = F.col("value")
-    return (
-        F.when(value.isNull(), F.lit(null_status))
-        .when(F.length(value) == 0, F.lit(EMPTY_VALUE))
-        .when(F.length(value) > max_value_bytes, F.lit(OVERSIZE))
-    )
-
-
-def _is_utf8() -> Column:
-    from pyspark.sql import functions as F
-
-    return F.expr("is_valid_utf8(CAST(value AS STRING))")
-
-
-def _looks_like_json_document() -> Column:
+def _looks_like_json_document() -> str:
     """A cheap shape check: the value is delimited like a JSON object or array. It catches
     plain text, truncation and garbage at a fraction of the cost of a full parse (measured in
     bench/README.md); silver parses strictly with the declared schema and quarantines what
     still fails. Leading/trailing whitespace falls back to a trimmed text comparison."""
-    from pyspark.sql import functions as F
 
-    value = F.col("value")
-    first, last = F.substring(value, 1, 1), F.substring(value, -1, 1)
+    def delimited(first: bytes, last: bytes) -> str:
+        # startswith/endswith compare bytes in place; substring() would copy them per row.
+        return f"(startswith(value, X'{first.hex()}') AND endswith(value, X'{last.hex()}'))"
 
-    def is_byte(column: Column, char: bytes) -> Column:
-        return column == F.lit(bytearray(char))
-
-    compact = (is_byte(first, b"{") & is_byte(last, b"}")) | (
-        is_byte(first, b"[") & is_byte(last, b"]")
+    # JSON's own whitespace; trim() alone strips only spaces.
+    text = "trim(BOTH ' \\t\\n\\r' FROM CAST(value AS STRING))"
+    padded = f"concat(substring({text}, 1, 1), substring({text}, -1, 1)) IN ('{{}}', '[]')"
+    # CASE short-circuits: the trimmed copy is only made for values that failed the bytes test.
+    return (
+        f"CASE WHEN {delimited(b'{', b'}')} OR {delimited(b'[', b']')} THEN true ELSE {padded} END"
     )
-    text = F.trim(value.cast("string"))
-    padded = F.concat(F.substring(text, 1, 1), F.substring(text, -1, 1)).isin("{}", "[]")
-    # CASE short-circuits: the trimmed copy is only made for values that failed `compact`.
-    return F.when(compact, F.lit(True)).otherwise(padded)
 
 
 ENVELOPE = "_envelope"  # transient: the value parsed once into a VARIANT
 
 
-def _parsed_envelope(max_value_bytes: int) -> Column:
-    from pyspark.sql import functions as F
-
-    value = F.col("value")
-    parsable = value.isNotNull() & (F.length(value) <= max_value_bytes)
-    return F.when(parsable, F.expr("try_parse_json(CAST(value AS STRING))")).alias(ENVELOPE)
+def _parsed_envelope(max_value_bytes: int) -> str:
+    return (
+        f"CASE WHEN value IS NOT NULL AND length(value) <= {max_value_bytes} "
+        f"THEN try_parse_json(CAST(value AS STRING)) END AS {ENVELOPE}"
+    )
 
 
 def _cdc_columns(max_value_bytes: int) -> list[Column]:
@@ -186,17 +183,20 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
         key_payload,
     ).otherwise(key_text)
     schema, table = field("source.schema", "string"), field("source.table", "string")
-    status = (
-        _size_status(TOMBSTONE, max_value_bytes)
-        .when(~_is_utf8(), F.lit(INVALID_UTF8))
-        .when(variant.isNull(), F.lit(INVALID_JSON))
+    # Null when the raw value passes, so the envelope checks decide (in this order).
+    raw_status = F.expr(
+        f"CASE {_size_checks(TOMBSTONE, max_value_bytes)} "
+        f"WHEN NOT {_IS_UTF8} THEN '{INVALID_UTF8}' END"
+    )
+    status = F.coalesce(
+        raw_status,
+        F.when(variant.isNull(), F.lit(INVALID_JSON))
         .when(op.isNull(), F.lit(NOT_AN_ENVELOPE))
         .when(~op.isin(*DEBEZIUM_OPS), F.lit(UNKNOWN_OP))
-        .otherwise(F.lit(OK))
+        .otherwise(F.lit(OK)),
     )
     return [
         status.alias("value_status"),
-        F.lit(None).cast("long").alias("historical_version"),
         op.alias("cdc_op"),
         cdc_key.alias("cdc_key"),
         F.coalesce(field("source.lsn", "long"), field("__lsn", "long")).alias("cdc_lsn"),
@@ -210,35 +210,45 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
     ]
 
 
-def kafka_to_bronze(raw: DataFrame, source: str, kind: str, max_value_bytes: int) -> DataFrame:
-    """Spark Kafka source rows -> bronze rows (schema `bronze_schema(kind)`)."""
-    from pyspark.sql import functions as F
+def _batch_constant(now: str) -> str:
+    """`current_timestamp()` or `current_date()`, kept out of the Java Spark generates.
 
-    ingest_time = F.current_timestamp()
-    lineage = [
-        F.col("key"),
-        F.col("value"),
-        F.col("headers"),
-        F.col("topic"),
-        F.col("partition"),
-        F.col("offset"),
-        F.col("timestamp").alias("kafka_timestamp"),
-        F.col("timestampType").alias("kafka_timestamp_type"),
-        F.lit(source).alias("source"),
-        ingest_time.alias("ingest_time"),
-        F.to_date(ingest_time).alias("ingest_date"),
-        F.length(F.col("value")).cast("int").alias("value_size"),
+    In a micro-batch Spark replaces them with the batch's time as a literal after optimizing,
+    and the code generator pastes timestamp/date literals into the generated source. Every
+    micro-batch then compiled its projection again and ran the new class cold in the JVM
+    (2 compiles per batch, bench/README.md). An `aggregate` over an empty array returns its
+    start value unchanged, and Spark evaluates higher-order functions without generating
+    code, so the literal stays a reference and the class is reused."""
+    return f"aggregate(CAST(array() AS ARRAY<INT>), {now}, (acc, x) -> acc)"
+
+
+def _lineage(source: str) -> list[str]:
+    return [
+        "key",
+        "value",
+        "headers",
+        "topic",
+        "`partition`",
+        "`offset`",
+        "timestamp AS kafka_timestamp",
+        "timestampType AS kafka_timestamp_type",
+        f"{_sql_string(source)} AS source",
+        f"{_batch_constant('current_timestamp()')} AS ingest_time",
+        # Not to_date(ingest_time), which would convert on every row: both come from the
+        # same micro-batch timestamp.
+        f"{_batch_constant('current_date()')} AS ingest_date",
     ]
+
+
+def kafka_to_bronze(raw: DataFrame, source: str, kind: str, max_value_bytes: int) -> DataFrame:
+    """Spark Kafka source rows -> bronze rows: the columns of `bronze_schema(kind)` but
+    `historical_version`, which only historical loads write."""
     if kind == "cdc":
         # Two projections, so the JSON parse happens once per row, not once per field read.
-        with_envelope = raw.select(*lineage, _parsed_envelope(max_value_bytes))
+        with_envelope = raw.selectExpr(*_lineage(source), _parsed_envelope(max_value_bytes))
         kept = [c for c in with_envelope.columns if c != ENVELOPE]
         return with_envelope.select(*kept, *_cdc_columns(max_value_bytes))
-    return raw.select(
-        *lineage,
-        _event_status(max_value_bytes).alias("value_status"),
-        F.lit(None).cast("long").alias("historical_version"),
-    )
+    return raw.selectExpr(*_lineage(source), f"{_event_status(max_value_bytes)} AS value_status")
 
 
 def historical_to_bronze(
