@@ -139,8 +139,10 @@ def _looks_like_json_document() -> str:
         # startswith/endswith compare bytes in place; substring() would copy them per row.
         return f"(startswith(value, X'{first.hex()}') AND endswith(value, X'{last.hex()}'))"
 
-    # JSON's own whitespace; trim() alone strips only spaces.
-    text = "trim(BOTH ' \\t\\n\\r' FROM CAST(value AS STRING))"
+    # JSON's own whitespace (trim() alone strips only spaces), built with char() so it does
+    # not depend on spark.sql.parser.escapedStringLiterals.
+    whitespace = "concat(' ', char(9), char(10), char(13))"
+    text = f"trim(BOTH {whitespace} FROM CAST(value AS STRING))"
     padded = f"concat(substring({text}, 1, 1), substring({text}, -1, 1)) IN ('{{}}', '[]')"
     # CASE short-circuits: the trimmed copy is only made for values that failed the bytes test.
     return (
