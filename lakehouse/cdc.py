@@ -19,6 +19,8 @@ from datetime import datetime, timedelta
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from lakehouse.spark import java_class
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
@@ -171,8 +173,6 @@ def _might_contain_keys(
     from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None  # a classic (non-Connect) session has a JVM
     hashed = changes.select(
         F.xxhash64(*[F.col(f"`{k}`").cast(key_types[k]) for k in keys]).alias("h")
     )
@@ -180,12 +180,13 @@ def _might_contain_keys(
     # hash in it can only let one more target row through.
     hashed = hashed.union(spark.range(1).select(F.lit(0).cast("long").alias("h")))
     bloom = hashed._jdf.stat().bloomFilter("h", rows + 1, KEY_FILTER_FPP)
-    bits = jvm.java.io.ByteArrayOutputStream()
+    bits = java_class(spark, "java.io.ByteArrayOutputStream")()
     bloom.writeTo(bits)
     # Spark's own runtime-filter expression (what it injects for selective joins); it has no
     # SQL name, so it is built on the JVM side.
-    expressions = jvm.org.apache.spark.sql.classic.ExpressionUtils
-    contains = jvm.org.apache.spark.sql.catalyst.expressions.BloomFilterMightContain(
+    expressions = java_class(spark, "org.apache.spark.sql.classic.ExpressionUtils")
+    might_contain = "org.apache.spark.sql.catalyst.expressions.BloomFilterMightContain"
+    contains = java_class(spark, might_contain)(
         expressions.expression(F.lit(bytearray(bits.toByteArray()))._jc),
         expressions.expression(F.xxhash64(*[F.col(f"t.`{k}`") for k in keys])._jc),
     )

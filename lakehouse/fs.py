@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.spark import java_class
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
 def _fs_and_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
     context: Any = spark.sparkContext  # py4j handles are untyped
-    hadoop_path = context._jvm.org.apache.hadoop.fs.Path(path)
+    hadoop_path = java_class(spark, "org.apache.hadoop.fs.Path")(path)
     return hadoop_path.getFileSystem(context._jsc.hadoopConfiguration()), hadoop_path
 
 
@@ -32,8 +34,7 @@ def read_text(spark: SparkSession, path: str) -> str:
     fs, hadoop_path = _fs_and_path(spark, path)
     stream = fs.open(hadoop_path)
     try:
-        context: Any = spark.sparkContext
-        data = context._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        data = java_class(spark, "org.apache.commons.io.IOUtils").toByteArray(stream)
     finally:
         stream.close()
     return bytes(data).decode("utf-8")
