@@ -16,7 +16,7 @@ from lakehouse import bronze, kafka, offsets, tables
 from lakehouse.kafka import spark_options
 from lakehouse.offsets import DataLossError, Offsets, StartFrom, StartFromError
 from lakehouse.settings import Settings, SettingsError, SourceSettings
-from lakehouse.streaming import await_query
+from lakehouse.streaming import await_query, progress_reports
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -119,7 +119,7 @@ def ingest(
     query = _write_bronze(rows, path, checkpoint, options, source)
     await_query(query, options.trigger)
     # Spark keeps the last 100 progress reports: exact for available-now, recent for continuous.
-    progress = query.recentProgress
+    progress = progress_reports(query)
     result.batches = len(progress)
     result.rows = sum(int(p["numInputRows"]) for p in progress)
     return result
