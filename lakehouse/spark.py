@@ -7,6 +7,8 @@ you hand it, so notebooks and tests can add their own options before `getOrCreat
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,3 +92,19 @@ def java_class(spark: SparkSession, name: str) -> Any:
 
     context: Any = spark.sparkContext  # py4j handles are untyped
     return JavaClass(name, context._jvm._gateway_client)
+
+
+@contextmanager
+def runtime_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Runtime SQL settings for the duration of the block, then the caller's values again."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
