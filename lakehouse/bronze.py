@@ -26,6 +26,16 @@ BRONZE_PROPERTIES: dict[str, str] = {
 STATS_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "ingest_time", "value_status")
 CDC_STATS_COLUMNS = ("cdc_table", "cdc_lsn")
 PARTITION_COLUMNS = ("ingest_date",)
+# Parquet settings for bronze files, for the writing query only (Spark hands SQL settings to
+# the Parquet writer). The raw key/value bytes and headers get no min/max statistics, for the
+# same reason as STATS_COLUMNS: no query prunes by raw bytes, and each value costs two byte
+# comparisons. `value` gets no dictionary either: payloads are unique, so Parquet hashed the
+# first MB of them in every file only to fall back to plain encoding (bench/README.md).
+RAW_PARQUET_COLUMNS = ("key", "value", "headers.list.element.key", "headers.list.element.value")
+PARQUET_CONF: dict[str, str] = {
+    "parquet.enable.dictionary#value": "false",
+    **{f"parquet.column.statistics.enabled#{c}": "false" for c in RAW_PARQUET_COLUMNS},
+}
 
 # value_status values (a closed set: silver and quarantine filter on them).
 OK = "ok"

@@ -31,7 +31,7 @@ INGEST_LOG = "ingest_log"
 # write needs one open file per task, not a sort of the whole batch by ingest_date first,
 # which is Spark's default (the sort cost ~20% of the write, bench/README.md). Spark falls
 # back to sorting when a task sees more partition values than this.
-WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "2"}
+WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "2", **bronze.PARQUET_CONF}
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def ingest(
 
     stream = _read_kafka(spark, settings, source, start, starting, options.allow_data_loss)
     rows = bronze.kafka_to_bronze(stream, options.source, kind, source.max_value_bytes)
-    # The query runs on a copy of the session taken at start(), so the setting stays with it.
+    # The query runs on a copy of the session taken at start(), so the settings stay with it.
     with runtime_conf(spark, WRITE_CONF):
         query = _write_bronze(rows, path, checkpoint, options, source)
     await_query(query, options.trigger)
@@ -240,13 +240,14 @@ def load_historical(
         snapshot, options.source, source.kind, version, source.max_value_bytes
     )
     # Idempotent: a crash after this commit but before the log entry replays as a no-op.
-    (
-        rows.write.format("delta")
-        .mode("append")
-        .option("txnAppId", f"lakehouse-historical-{options.source}")
-        .option("txnVersion", version)
-        .save(path)
-    )
+    with runtime_conf(spark, bronze.PARQUET_CONF):
+        (
+            rows.write.format("delta")
+            .mode("append")
+            .option("txnAppId", f"lakehouse-historical-{options.source}")
+            .option("txnVersion", version)
+            .save(path)
+        )
     count = snapshot.count()
     tables.append_system_log(
         spark,

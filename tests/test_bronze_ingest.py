@@ -104,7 +104,8 @@ def test_value_status_shape_check_and_source_quoting(spark: SparkSession) -> Non
 
 def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
     name, topic, settings = new_source(kafka_up)
-    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)])
+    # Repeated records, so Parquet would dictionary-encode any column it is allowed to.
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)] * 20)
     run_ingest(spark, settings, name)
     path = settings.storage.path("bronze", name)
     props = tables.properties(spark, path)
@@ -123,16 +124,23 @@ def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
     # historical_version is not in a live file at all; Delta reads it as null.
     assert (row["topic"], row["source"], row["historical_version"]) == (topic, name, None)
     assert row["ingest_date"] == row["ingest_time"].date()
-    # Timestamps are Parquet's INT64 micros, not the legacy INT96 (cheaper to write per row).
     (data_file,) = Path(path).rglob("*.parquet")
-    assert parquet_physical_types(spark, str(data_file), "kafka_timestamp", "ingest_time") == [
-        "INT64",
-        "INT64",
-    ]
+    footer = parquet_columns(spark, str(data_file))
+    # (physical type, min/max statistics written, dictionary-encoded). Timestamps are Parquet's
+    # INT64 micros, not the legacy INT96; the raw bytes carry no statistics, and `value` no
+    # dictionary (bronze.PARQUET_CONF).
+    assert {c: footer[c] for c in ("key", "value", "source", "kafka_timestamp", "ingest_time")} == {
+        "key": ("BINARY", False, True),
+        "value": ("BINARY", False, False),
+        "source": ("BINARY", True, True),
+        "kafka_timestamp": ("INT64", True, True),
+        "ingest_time": ("INT64", True, True),
+    }
 
 
-def parquet_physical_types(spark: SparkSession, file: str, *columns: str) -> list[str]:
-    """The physical types in a Parquet file's footer (Spark's schema hides them)."""
+def parquet_columns(spark: SparkSession, file: str) -> dict[str, tuple[str, bool, bool]]:
+    """Per column of a Parquet file's first row group, from its footer (Spark's schema hides
+    this): (physical type, min/max statistics written, dictionary-encoded)."""
     context = spark.sparkContext
     input_file = java_class(spark, "org.apache.parquet.hadoop.util.HadoopInputFile").fromPath(
         java_class(spark, "org.apache.hadoop.fs.Path")(file),
@@ -140,10 +148,15 @@ def parquet_physical_types(spark: SparkSession, file: str, *columns: str) -> lis
     )
     reader = java_class(spark, "org.apache.parquet.hadoop.ParquetFileReader").open(input_file)
     try:
-        schema = reader.getFileMetaData().getSchema()
-        return [
-            str(schema.getType(c).asPrimitiveType().getPrimitiveTypeName().name()) for c in columns
-        ]
+        columns = reader.getFooter().getBlocks().get(0).getColumns()
+        return {
+            str(c.getPath().toDotString()): (
+                str(c.getPrimitiveType().getPrimitiveTypeName().name()),
+                bool(c.getStatistics().hasNonNullValue()),
+                any("DICTIONARY" in str(e.name()) for e in c.getEncodings()),
+            )
+            for c in columns
+        }
     finally:
         reader.close()
 
