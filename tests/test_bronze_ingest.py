@@ -86,7 +86,9 @@ def test_bad_input_lands_in_bronze_byte_for_byte(spark: SparkSession, kafka_up: 
 def test_value_status_shape_check_and_source_quoting(spark: SparkSession) -> None:
     """The projection is SQL text: the shape check's edge cases, and a source name that
     needs quoting, come out as written (a pure transformation, no broker)."""
-    values = [b"[1, 2]", b"  {}\n", b"{", b"}{", b"[}", b"\t[]"]
+    # The last two: JSON-shaped at the size limit (64 bytes) and one byte over it.
+    at_limit, over = b"{" + b"x" * 62 + b"}", b"[" + b"x" * 63 + b"]"
+    values = [b"[1, 2]", b"  {}\n", b"{", b"}{", b"[}", b"\t[]", at_limit, over]
     raw = spark.createDataFrame(
         [(None, bytearray(v), None, "t", 0, i, None, 0) for i, v in enumerate(values)],
         "key binary, value binary, headers array<struct<key:string,value:binary>>, "
@@ -94,7 +96,7 @@ def test_value_status_shape_check_and_source_quoting(spark: SparkSession) -> Non
     )
     source = "it's a \\ name"
     rows = kafka_to_bronze(raw, source, "events", 64).select("offset", "source", "value_status")
-    statuses = ["ok", "ok", "invalid_json", "invalid_json", "invalid_json", "ok"]
+    statuses = ["ok", "ok", "invalid_json", "invalid_json", "invalid_json", "ok", "ok", "oversize"]
     expected = spark.createDataFrame(
         [(i, source, s) for i, s in enumerate(statuses)],
         "offset long, source string, value_status string",
