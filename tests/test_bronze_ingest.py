@@ -117,8 +117,8 @@ def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
     }
     assert props["pipelines.reset.allowed"] == "false"
     # File statistics only on the columns bronze is searched by (not the raw bytes).
-    assert props["delta.dataSkippingStatsColumns"] == (
-        "topic,partition,offset,kafka_timestamp,ingest_time,value_status"
+    assert (
+        props["delta.dataSkippingStatsColumns"] == "partition,offset,kafka_timestamp,value_status"
     )
     table = bronze(spark, settings, name)
     assert table.schema == bronze_schema("events")
