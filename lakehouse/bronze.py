@@ -34,6 +34,7 @@ PARTITION_COLUMNS = ("ingest_date",)
 # same reason as STATS_COLUMNS: no query prunes by raw bytes, and each value costs two byte
 # comparisons. `value` gets no dictionary either: payloads are unique, so Parquet hashed the
 # first MB of them in every file only to fall back to plain encoding (bench/README.md).
+# Column paths as Spark writes them (its standard, non-legacy Parquet list layout).
 RAW_PARQUET_COLUMNS = ("key", "value", "headers.list.element.key", "headers.list.element.value")
 PARQUET_CONF: dict[str, str] = {
     "parquet.enable.dictionary#value": "false",
@@ -113,7 +114,12 @@ def bronze_schema(kind: str) -> StructType:
 
 # The bronze projection is SQL text, parsed and analysed in one call: built as ~100 Column
 # objects over py4j it took 0.1 s more per job run (bench/README.md).
-_IS_UTF8 = "is_valid_utf8(CAST(value AS STRING))"
+
+# The value's bytes as a string, without a UTF-8 check. Every mention of the column `value`
+# in a projection copies its bytes again; this one expression, used throughout one test, is
+# evaluated once per row (Spark's common subexpression elimination).
+_TEXT = "CAST(value AS STRING)"
+_IS_UTF8 = f"is_valid_utf8({_TEXT})"
 
 
 def _sql_string(text: str) -> str:
@@ -122,8 +128,8 @@ def _sql_string(text: str) -> str:
 
 
 def _size_checks(null_status: str, max_value_bytes: int) -> str:
-    """The first WHEN branches of every value_status CASE: no value, an empty one, or one too
-    big to parse."""
+    """The WHEN branches every value_status CASE has, in this order: no value, an empty one,
+    or one too big to parse."""
     return (
         f"WHEN value IS NULL THEN '{null_status}' "
         f"WHEN length(value) = 0 THEN '{EMPTY_VALUE}' "
@@ -141,12 +147,6 @@ def _event_status(max_value_bytes: int) -> str:
         f"WHEN NOT {_IS_UTF8} THEN '{INVALID_UTF8}' "
         f"ELSE '{INVALID_JSON}' END"
     )
-
-
-# The value's bytes as a string, without a UTF-8 check. Every mention of the column `value`
-# in a projection copies its bytes again; this one expression, used throughout one test, is
-# evaluated once per row (Spark's common subexpression elimination).
-_TEXT = "CAST(value AS STRING)"
 
 
 def _delimited_json(max_value_bytes: int) -> str:
