@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 
 TRIGGERS = ("available-now", "continuous")
 INGEST_LOG = "ingest_log"
-# Every row of a micro-batch has the same ingest_date (the batch's date), so the partitioned
-# write needs one open file per task, not a sort of the whole batch by ingest_date first,
+# Every row of a micro-batch has the same partition (its source and the batch's date), so the
+# partitioned write needs one open file per task, not a sort of the whole batch by it first,
 # which is Spark's default (the sort cost ~20% of the write, bench/README.md). Spark falls
 # back to sorting when a task sees more partition values than this.
 WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "2", **bronze.PARQUET_CONF}

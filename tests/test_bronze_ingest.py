@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     BinaryType,
@@ -120,6 +121,8 @@ def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
     assert (
         props["delta.dataSkippingStatsColumns"] == "partition,offset,kafka_timestamp,value_status"
     )
+    detail = DeltaTable.forPath(spark, path).detail().collect()[0]
+    assert detail["partitionColumns"] == ["source", "ingest_date"]
     table = bronze(spark, settings, name)
     assert table.schema == bronze_schema("events")
     row = table.collect()[0]
@@ -128,13 +131,30 @@ def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
     assert row["ingest_date"] == row["ingest_time"].date()
     (data_file,) = Path(path).rglob("*.parquet")
     footer = parquet_columns(spark, str(data_file))
+    # What a live file stores: not the partition columns (they are in the Delta log) and not
+    # historical_version.
+    assert sorted(footer) == sorted(
+        [
+            "key",
+            "value",
+            "headers.list.element.key",
+            "headers.list.element.value",
+            "topic",
+            "partition",
+            "offset",
+            "kafka_timestamp",
+            "kafka_timestamp_type",
+            "ingest_time",
+            "value_status",
+        ]
+    )
     # (physical type, min/max statistics written, dictionary-encoded). Timestamps are Parquet's
     # INT64 micros, not the legacy INT96; the raw bytes carry no statistics, and `value` no
     # dictionary (bronze.PARQUET_CONF).
-    assert {c: footer[c] for c in ("key", "value", "source", "kafka_timestamp", "ingest_time")} == {
+    assert {c: footer[c] for c in ("key", "value", "topic", "kafka_timestamp", "ingest_time")} == {
         "key": ("BINARY", False, True),
         "value": ("BINARY", False, False),
-        "source": ("BINARY", True, True),
+        "topic": ("BINARY", True, True),
         "kafka_timestamp": ("INT64", True, True),
         "ingest_time": ("INT64", True, True),
     }
