@@ -2,7 +2,8 @@
 
 Pure DataFrame -> DataFrame functions and the table's contract (schema, properties). Nothing
 here reads or writes; `lakehouse.ingest` does the I/O. A record that does not parse is never an
-exception and never dropped: `value_status` says what is wrong with it.
+exception and never dropped: `value_error` says what is wrong with it (null when nothing is,
+the convention of Spark's `_corrupt_record` and Auto Loader's `_rescued_data`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ BRONZE_PROPERTIES: dict[str, str] = {
     "pipelines.reset.allowed": "false",
 }
 # Delta file statistics (data skipping) only where they prune: Kafka lineage, event time,
-# what failed to parse; for CDC the source table and position. Delta's default, min/max/null
+# what failed to parse (a file whose `value_error` null count equals its row count holds no
+# bad record); for CDC the source table and position. Delta's default, min/max/null
 # counts of the first 32 columns, spent ~15% of ingest CPU mostly on the raw key/value bytes
 # and headers, which no query prunes by. Not `topic` either (a file holds one Kafka partition
 # of one topic, and string min/max cost ~4% of ingest CPU) nor `ingest_time` (the
 # `ingest_date` partitions already prune by arrival); Parquet's own row-group statistics
 # still cover both (bench/README.md).
-STATS_COLUMNS = ("partition", "offset", "kafka_timestamp", "value_status")
+STATS_COLUMNS = ("partition", "offset", "kafka_timestamp", "value_error")
 CDC_STATS_COLUMNS = ("cdc_table", "cdc_lsn")
 # By source, then arrival date. `source` is one value per ingest query, so as a partition
 # column it lives in the Delta log, not in every row of every file: as a stored string column
@@ -45,8 +47,10 @@ PARQUET_CONF: dict[str, str] = {
     **{f"parquet.column.statistics.enabled#{c}": "false" for c in RAW_PARQUET_COLUMNS},
 }
 
-# value_status values (a closed set: silver and quarantine filter on them).
-OK = "ok"
+# value_error: null for a usable value, else one of this closed set (silver and quarantine
+# filter on them). Null, not "ok", for the usual case: a stored string in every row cost ~8%
+# of the ingest write's CPU (dictionary lookup, statistics, two row copies), a null only its
+# definition level (bench/README.md).
 NULL_VALUE = "null_value"  # a tombstone, or a producer that sent no value
 EMPTY_VALUE = "empty_value"
 INVALID_UTF8 = "invalid_utf8"
@@ -54,7 +58,7 @@ INVALID_UTF8 = "invalid_utf8"
 # a full JSON parse
 INVALID_JSON = "invalid_json"
 OVERSIZE = "oversize"  # kept, but larger than the source's max_value_bytes: not parsed
-TOMBSTONE = "tombstone"  # CDC: Debezium's null-value record after a delete
+TOMBSTONE = "tombstone"  # CDC: Debezium's null-value record after a delete (expected; no row)
 UNKNOWN_OP = "unknown_op"  # CDC: an envelope whose op we do not know
 NOT_AN_ENVELOPE = "not_an_envelope"  # CDC: JSON, but neither a Debezium envelope nor flattened
 
@@ -98,7 +102,7 @@ def bronze_schema(kind: str) -> StructType:
         StructField("source", StringType()),
         StructField("ingest_time", TimestampType()),
         StructField("ingest_date", DateType()),
-        StructField("value_status", StringType()),
+        StructField("value_error", StringType()),
         # Set for rows loaded by --historical: the snapshot's Delta version. Live rows do not
         # write it at all: Delta reads a table column missing from a file as null, and every
         # column a file carries costs Parquet work per row, even when null (bench/README.md).
@@ -131,23 +135,23 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _size_checks(null_status: str, max_value_bytes: int) -> str:
-    """The WHEN branches every value_status CASE has, in this order: no value, an empty one,
+def _size_checks(null_error: str, max_value_bytes: int) -> str:
+    """The WHEN branches every value_error CASE has, in this order: no value, an empty one,
     or one too big to parse."""
     return (
-        f"WHEN value IS NULL THEN '{null_status}' "
+        f"WHEN value IS NULL THEN '{null_error}' "
         f"WHEN length(value) = 0 THEN '{EMPTY_VALUE}' "
         f"WHEN length(value) > {max_value_bytes} THEN '{OVERSIZE}'"
     )
 
 
-def _event_status(max_value_bytes: int) -> str:
+def _event_error(max_value_bytes: int) -> str:
     """Per-row diagnosis. A well-formed event is decided by the first test alone, which reads
     `value` once; the other tests run only for rows that failed it, the UTF-8 scan last."""
     return (
-        f"CASE WHEN {_delimited_json(max_value_bytes)} THEN '{OK}' "
+        f"CASE WHEN {_delimited_json(max_value_bytes)} THEN NULL "
         f"{_size_checks(NULL_VALUE, max_value_bytes)} "
-        f"WHEN {_padded_json()} THEN '{OK}' "
+        f"WHEN {_padded_json()} THEN NULL "
         f"WHEN NOT {_IS_UTF8} THEN '{INVALID_UTF8}' "
         f"ELSE '{INVALID_JSON}' END"
     )
@@ -214,19 +218,18 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
     ).otherwise(key_text)
     schema, table = field("source.schema", "string"), field("source.table", "string")
     # Null when the raw value passes, so the envelope checks decide (in this order).
-    raw_status = F.expr(
+    raw_error = F.expr(
         f"CASE {_size_checks(TOMBSTONE, max_value_bytes)} "
         f"WHEN NOT {_IS_UTF8} THEN '{INVALID_UTF8}' END"
     )
-    status = F.coalesce(
-        raw_status,
+    error = F.coalesce(
+        raw_error,
         F.when(variant.isNull(), F.lit(INVALID_JSON))
         .when(op.isNull(), F.lit(NOT_AN_ENVELOPE))
-        .when(~op.isin(*DEBEZIUM_OPS), F.lit(UNKNOWN_OP))
-        .otherwise(F.lit(OK)),
+        .when(~op.isin(*DEBEZIUM_OPS), F.lit(UNKNOWN_OP)),
     )
     return [
-        status.alias("value_status"),
+        error.alias("value_error"),
         op.alias("cdc_op"),
         cdc_key.alias("cdc_key"),
         F.coalesce(field("source.lsn", "long"), field("__lsn", "long")).alias("cdc_lsn"),
@@ -278,7 +281,7 @@ def kafka_to_bronze(raw: DataFrame, source: str, kind: str, max_value_bytes: int
         with_envelope = raw.selectExpr(*_lineage(source), _parsed_envelope(max_value_bytes))
         kept = [c for c in with_envelope.columns if c != ENVELOPE]
         return with_envelope.select(*kept, *_cdc_columns(max_value_bytes))
-    return raw.selectExpr(*_lineage(source), f"{_event_status(max_value_bytes)} AS value_status")
+    return raw.selectExpr(*_lineage(source), f"{_event_error(max_value_bytes)} AS value_error")
 
 
 def historical_to_bronze(

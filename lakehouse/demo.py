@@ -135,7 +135,7 @@ def _orders_to_bronze(spark: SparkSession, settings: Settings, events: int) -> _
         "offset",
         F.col("key").cast("string").alias("key"),
         F.col("value").cast("string").alias("value"),
-        "value_status",
+        "value_error",
         "ingest_date",
     ).show(len(records), truncate=60)
     version = int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
@@ -144,7 +144,7 @@ def _orders_to_bronze(spark: SparkSession, settings: Settings, events: int) -> _
         f"rows this run: {step.rows_this_run} (ingest read {result.rows}), "
         f"rows in bronze.orders: {step.rows_in_table}, Delta version: {step.version}"
     )
-    table.groupBy("value_status").count().orderBy("value_status").show()
+    table.groupBy("value_error").count().orderBy("value_error").show()
     return step
 
 

@@ -636,7 +636,7 @@ def replay_quarantine(
         F.col("offset").alias(silver.OFFSET),
         F.col("raw_key").alias(silver.RAW_KEY),
         F.col("raw_value").alias(silver.RAW_VALUE),
-        F.lit("ok").alias(silver.STATUS),
+        F.lit(None).cast("string").alias(silver.VALUE_ERROR),
         F.lit(None).cast("string").alias(silver.ERROR),
         F.array().cast("array<string>").alias(silver.UNKNOWN),
         *[parsed[f.name].alias(f.name) for f in row.fields],

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from lakehouse.bronze import TOMBSTONE
 from lakehouse.expectations import FAILED, MASK, Expectation, evaluate, mask_columns
 
 if TYPE_CHECKING:
@@ -26,11 +27,11 @@ if TYPE_CHECKING:
 RESCUED = "_rescued_data"  # JSON of fields that did not fit the schema (unknown or mistyped)
 # Transient columns of a batch being refined (never written to silver).
 TOPIC, PARTITION, OFFSET = "_lh_topic", "_lh_partition", "_lh_offset"
-RAW_KEY, RAW_VALUE, STATUS = "_lh_key", "_lh_value", "_lh_status"
+RAW_KEY, RAW_VALUE, VALUE_ERROR = "_lh_key", "_lh_value", "_lh_value_error"
 ERROR = "_lh_error"  # why the record could not be parsed (null when it parsed)
 UNKNOWN = "_lh_unknown"  # names of top-level fields the schema does not declare
 CHECKED = "_lh_checked"  # whether user expectations apply (not for deletes/unparsable rows)
-TRANSIENT = (TOPIC, PARTITION, OFFSET, RAW_KEY, RAW_VALUE, STATUS, ERROR, UNKNOWN, CHECKED)
+TRANSIENT = (TOPIC, PARTITION, OFFSET, RAW_KEY, RAW_VALUE, VALUE_ERROR, ERROR, UNKNOWN, CHECKED)
 
 # The built-in rule every table has: a record that did not parse goes to quarantine.
 PARSABLE = Expectation("parsable", f"{ERROR} IS NULL", "quarantine")
@@ -76,7 +77,7 @@ def _lineage() -> list[Column]:
         F.col("offset").alias(OFFSET),
         F.col("key").alias(RAW_KEY),
         F.col("value").alias(RAW_VALUE),
-        F.col("value_status").alias(STATUS),
+        F.col("value_error").alias(VALUE_ERROR),
     ]
 
 
@@ -166,7 +167,7 @@ def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedS
     from pyspark.sql import functions as F
 
     staged = bronze.select(*_lineage())
-    error = F.when(F.col(STATUS) != "ok", F.col(STATUS))
+    error = F.col(VALUE_ERROR)  # bronze's verdict on the raw value, null when usable
     records = parse_records(staged, F.col(RAW_VALUE).cast("string"), schema, error)
     records = records.withColumn(CHECKED, F.col(ERROR).isNull())
     return flatten(explode_arrays(records, table.explode), keep=TRANSIENT)
@@ -205,14 +206,14 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
         .when(op == DELETE, pick("before"))
         .otherwise(pick("after"))
     )
-    staged = bronze.where(F.col("value_status") != "tombstone").select(
+    staged = bronze.where(~F.col("value_error").eqNullSafe(TOMBSTONE)).select(
         *_lineage(),
         F.col("cdc_op").alias("_op"),
         F.col("cdc_lsn").alias("_seq"),
         F.timestamp_millis(F.col("cdc_source_ts_ms")).alias("_ts"),
     )
     error = (
-        F.when(F.col(STATUS) != "ok", F.col(STATUS))
+        F.when(F.col(VALUE_ERROR).isNotNull(), F.col(VALUE_ERROR))
         .when(~op.isin(*UPSERT_OPS, DELETE, TRUNCATE), F.concat(F.lit("unsupported_op:"), op))
         .when(F.col("_seq").isNull(), F.lit("no_source_position"))
         .when((op != TRUNCATE) & image.isNull(), F.lit("no_row_image"))

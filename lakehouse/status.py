@@ -36,7 +36,7 @@ def bronze_summary(spark: SparkSession, settings: Settings) -> DataFrame:
             .load(path)
             .agg(
                 F.count(F.lit(1)).alias("rows"),
-                F.count(F.when(F.col("value_status") != "ok", 1)).alias("bad"),
+                F.count("value_error").alias("bad"),
                 F.count_distinct("topic", "partition").alias("parts"),
                 F.max("ingest_time").alias("last"),
             )

@@ -17,7 +17,7 @@ from tests.bronze_helpers import bronze, new_source, run_ingest
 from tests.conftest import pg_connect
 
 CDC_COLUMNS = (
-    "offset long, value_status string, cdc_op string, cdc_key string, cdc_lsn long, "
+    "offset long, value_error string, cdc_op string, cdc_key string, cdc_lsn long, "
     "cdc_source_ts_ms long, cdc_table string, cdc_deleted string"
 )
 
@@ -61,9 +61,9 @@ def test_cdc_corpus(spark: SparkSession, kafka_up: Settings) -> None:
     run_ingest(spark, settings, name, kind="cdc")
     expected = spark.createDataFrame(
         [
-            (0, "ok", "c", '{"customer_id": 1}', 100, 1100, "public.customers", None),
-            (1, "ok", "u", '{"customer_id":1}', 200, 1200, "public.customers", None),
-            (2, "ok", "d", '{"customer_id": 1}', 300, 1300, None, "true"),
+            (0, None, "c", '{"customer_id": 1}', 100, 1100, "public.customers", None),
+            (1, None, "u", '{"customer_id":1}', 200, 1200, "public.customers", None),
+            (2, None, "d", '{"customer_id": 1}', 300, 1300, None, "true"),
             (3, "tombstone", None, '{"customer_id": 1}', None, None, None, None),
             (4, "unknown_op", "x", '{"customer_id": 1}', 400, 1400, "public.customers", None),
             (5, "not_an_envelope", None, '{"customer_id": 1}', None, None, None, None),
@@ -123,16 +123,16 @@ def test_real_debezium_to_bronze(
     rows = (
         bronze(spark, settings, name)
         .orderBy("offset")
-        .select("value_status", "cdc_op", "cdc_key", "cdc_deleted")
+        .select("value_error", "cdc_op", "cdc_key", "cdc_deleted")
         .collect()
     )
     deleted = "true" if unwrap else None
     live = "false" if unwrap else None
     assert [tuple(r) for r in rows] == [
-        ("ok", "c", '{"id":1}', live),
-        ("ok", "c", '{"id":2}', live),
-        ("ok", "u", '{"id":1}', live),
-        ("ok", "d", '{"id":2}', deleted),
+        (None, "c", '{"id":1}', live),
+        (None, "c", '{"id":2}', live),
+        (None, "u", '{"id":1}', live),
+        (None, "d", '{"id":2}', deleted),
         ("tombstone", None, '{"id":2}', None),
     ]
     lsns = [r["cdc_lsn"] for r in bronze(spark, settings, name).orderBy("offset").collect()][:4]

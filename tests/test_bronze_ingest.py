@@ -33,7 +33,7 @@ LINEAGE = StructType(
         StructField("offset", LongType()),
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
-        StructField("value_status", StringType()),
+        StructField("value_error", StringType()),
     ]
 )
 OFFSETS = StructType([StructField("partition", IntegerType()), StructField("offset", LongType())])
@@ -41,7 +41,7 @@ OFFSETS = StructType([StructField("partition", IntegerType()), StructField("offs
 
 def lineage(spark: SparkSession, settings: Settings, name: str):  # type: ignore[no-untyped-def]
     return bronze(spark, settings, name).select(
-        "partition", "offset", "key", "value", "value_status"
+        "partition", "offset", "key", "value", "value_error"
     )
 
 
@@ -61,20 +61,20 @@ def test_bad_input_lands_in_bronze_byte_for_byte(spark: SparkSession, kafka_up: 
 
     result = run_ingest(spark, settings, name)
 
-    statuses = [
-        "ok",
+    errors = [
+        None,
         "invalid_json",
         "invalid_json",
         "empty_value",
         "null_value",
-        "ok",
+        None,
         "invalid_utf8",
         "oversize",
     ]
     expected = spark.createDataFrame(
         [
             (0, i, None if k is None else bytearray(k), None if v is None else bytearray(v), s)
-            for i, ((k, v), s) in enumerate(zip(corpus, statuses, strict=True))
+            for i, ((k, v), s) in enumerate(zip(corpus, errors, strict=True))
         ],
         LINEAGE,
     )
@@ -84,7 +84,7 @@ def test_bad_input_lands_in_bronze_byte_for_byte(spark: SparkSession, kafka_up: 
     assert (result.rows, result.gaps) == (8, [])
 
 
-def test_value_status_shape_check_and_source_quoting(spark: SparkSession) -> None:
+def test_value_error_shape_check_and_source_quoting(spark: SparkSession) -> None:
     """The projection is SQL text: the shape check's edge cases, and a source name that
     needs quoting, come out as written (a pure transformation, no broker)."""
     # The last two: JSON-shaped at the size limit (64 bytes) and one byte over it.
@@ -96,11 +96,11 @@ def test_value_status_shape_check_and_source_quoting(spark: SparkSession) -> Non
         "topic string, partition int, offset long, timestamp timestamp, timestampType int",
     )
     source = "it's a \\ name"
-    rows = kafka_to_bronze(raw, source, "events", 64).select("offset", "source", "value_status")
-    statuses = ["ok", "ok", "invalid_json", "invalid_json", "invalid_json", "ok", "ok", "oversize"]
+    rows = kafka_to_bronze(raw, source, "events", 64).select("offset", "source", "value_error")
+    errors = [None, None, "invalid_json", "invalid_json", "invalid_json", None, None, "oversize"]
     expected = spark.createDataFrame(
-        [(i, source, s) for i, s in enumerate(statuses)],
-        "offset long, source string, value_status string",
+        [(i, source, e) for i, e in enumerate(errors)],
+        "offset long, source string, value_error string",
     )
     assert_df_equality(rows, expected, ignore_row_order=True, ignore_nullable=True)
 
@@ -118,9 +118,7 @@ def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
     }
     assert props["pipelines.reset.allowed"] == "false"
     # File statistics only on the columns bronze is searched by (not the raw bytes).
-    assert (
-        props["delta.dataSkippingStatsColumns"] == "partition,offset,kafka_timestamp,value_status"
-    )
+    assert props["delta.dataSkippingStatsColumns"] == "partition,offset,kafka_timestamp,value_error"
     detail = DeltaTable.forPath(spark, path).detail().collect()[0]
     assert detail["partitionColumns"] == ["source", "ingest_date"]
     table = bronze(spark, settings, name)
@@ -145,7 +143,7 @@ def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
             "kafka_timestamp",
             "kafka_timestamp_type",
             "ingest_time",
-            "value_status",
+            "value_error",
         ]
     )
     # (physical type, min/max statistics written, dictionary-encoded). Timestamps are Parquet's

@@ -41,7 +41,7 @@ def test_our_reset_is_refused(spark: SparkSession, protected: tuple[str, Setting
     "statement",
     [
         "DELETE FROM {table} WHERE offset = 0",
-        "UPDATE {table} SET value_status = 'x'",
+        "UPDATE {table} SET value_error = 'x'",
         "TRUNCATE TABLE {table}",
         "DELETE FROM delta.`{path}`",
     ],
