@@ -73,13 +73,12 @@ def ingest(
     checkpoint = tables.checkpoint_path(settings, "ingest", options.source)
     result = IngestResult(options.source, path)
 
-    tables.create_table(
-        spark,
-        path,
-        bronze.bronze_schema(kind),
-        bronze.bronze_properties(kind),
-        bronze.PARTITION_COLUMNS,
+    schema = bronze.bronze_schema(kind)
+    created = tables.create_table(
+        spark, path, schema, bronze.bronze_properties(kind), bronze.PARTITION_COLUMNS
     )
+    if not created:
+        tables.require_columns(spark, path, schema)
     has_checkpoint = offsets.checkpoint_exists(spark, checkpoint)
     if has_checkpoint and (options.start_from is not None or options.historical):
         raise StartFromError(

@@ -27,6 +27,10 @@ class ProtectedTableError(RuntimeError):
     """A destructive operation on a protected table was refused."""
 
 
+class OutdatedTableError(ValueError):
+    """An existing table lacks columns this version writes (it was created by an older one)."""
+
+
 def table_path(settings: Settings, name: str) -> str:
     """`bronze.orders` -> `<root>/bronze/orders`."""
     match = _NAME.fullmatch(name)
@@ -59,19 +63,36 @@ def create_table(
     schema: StructType,
     properties: Mapping[str, str],
     partition_by: Sequence[str] = (),
-) -> None:
+) -> bool:
     """Create the table with an explicit schema and properties unless it exists (idempotent;
-    concurrent creators are fine: Delta lets exactly one of them commit version 0)."""
+    concurrent creators are fine: Delta lets exactly one of them commit version 0). True when
+    the table was not there before."""
     from delta.tables import DeltaTable
 
     if exists(spark, path):
-        return
+        return False
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in properties.items():
         builder = builder.property(key, value)
     if partition_by:
         builder = builder.partitionedBy(*partition_by)
     builder.execute()
+    return True
+
+
+def require_columns(spark: SparkSession, path: str, schema: StructType) -> None:
+    """Refuse, with the statement that fixes it, an existing table that lacks a column of
+    `schema`: otherwise the write fails later with Delta's schema mismatch, which suggests a
+    writer option the jobs do not expose."""
+    have = set(spark.read.format("delta").load(path).schema.fieldNames())
+    missing = [f for f in schema.fields if f.name not in have]
+    if missing:
+        ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
+        raise OutdatedTableError(
+            f"table {path} lacks column(s) {', '.join(f.name for f in missing)} that this "
+            "version writes (an older version created it); add them, then run again: "
+            f"ALTER TABLE delta.`{path}` ADD COLUMNS ({ddl})"
+        )
 
 
 def properties(spark: SparkSession, path: str) -> dict[str, str]:

@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse import kafka, tables
-from lakehouse.bronze import bronze_schema, kafka_to_bronze
+from lakehouse.bronze import BRONZE_PROPERTIES, bronze_schema, kafka_to_bronze
 from lakehouse.offsets import DataLossError, Gap, StartFrom, StartFromError
 from lakehouse.settings import Settings
 from lakehouse.spark import java_class
@@ -156,6 +156,39 @@ def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
         "kafka_timestamp": ("INT64", True, True),
         "ingest_time": ("INT64", True, True),
     }
+
+
+def test_a_table_from_an_older_version_is_refused_with_the_fix(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """A bronze table created before `value_status` became `value_error`: the job names the
+    missing column and the statement that adds it, writes nothing, and runs once it is added."""
+    name, topic, settings = new_source(kafka_up)
+    path = settings.storage.path("bronze", name)
+    old = StructType(
+        [
+            StructField("value_status", StringType()) if f.name == "value_error" else f
+            for f in bronze_schema("events").fields
+        ]
+    )
+    tables.create_table(spark, path, old, BRONZE_PROPERTIES, ("ingest_date",))
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0), (b"k", b"nope", 0)])
+    alter = f"ALTER TABLE delta.`{path}` ADD COLUMNS (value_error string)"
+    with pytest.raises(tables.OutdatedTableError, match="lacks column") as refused:
+        run_ingest(spark, settings, name)
+    assert str(refused.value).endswith(alter)
+    assert bronze(spark, settings, name).count() == 0
+    spark.sql(alter)
+    run_ingest(spark, settings, name)
+    assert_df_equality(
+        bronze(spark, settings, name).select("offset", "value_status", "value_error"),
+        spark.createDataFrame(
+            [(0, None, None), (1, None, "invalid_json")],
+            "offset long, value_status string, value_error string",
+        ),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
 
 
 def parquet_columns(spark: SparkSession, file: str) -> dict[str, tuple[str, bool, bool]]:
