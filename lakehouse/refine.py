@@ -480,14 +480,12 @@ def _evolve(
     types = {f.name: f for f in inferred.schema.fields}
     new_fields = [types.get(n, StructField(n, StringType())) for n in sorted(unknown)]
     flat = silver.flatten(spark.createDataFrame([], StructType(new_fields)))
-    existing = set(spark.read.format("delta").load(plan.path).columns)
-    columns = [f for f in flat.schema.fields if f.name not in existing]
+    columns = tables.missing_columns(spark, plan.path, flat.schema.fields)
     if columns:
-        ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in columns)
-        spark.sql(f"ALTER TABLE delta.`{plan.path}` ADD COLUMNS ({ddl})")
+        spark.sql(f"ALTER TABLE delta.`{plan.path}` ADD COLUMNS ({tables.columns_ddl(columns)})")
     declared = set(silver.parse_schema(plan.table.schema).names)
     evolved = [f for f in plan.schema.struct.fields if f.name not in declared] + new_fields
-    ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in evolved)
+    ddl = tables.columns_ddl(evolved)
     spark.sql(f"ALTER TABLE delta.`{plan.path}` SET TBLPROPERTIES ('{EVOLVED}' = '{ddl}')")
     log.warning("silver.%s: schema evolved, added %s", plan.name, sorted(unknown))
     plan.schema = silver.parse_schema(plan.table.schema, ddl)

@@ -15,7 +15,7 @@ from lakehouse.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
 
 LAYERS = ("bronze", "silver", "gold", "offline", "_system")
 _NAME = re.compile(r"(?P<layer>bronze|silver|gold|offline|_system)\.(?P<table>[a-z][a-z0-9_]*)")
@@ -80,18 +80,29 @@ def create_table(
     return True
 
 
+def missing_columns(
+    spark: SparkSession, path: str, fields: Sequence[StructField]
+) -> list[StructField]:
+    """The `fields` the table at `path` does not have (by name), in their order."""
+    have = set(spark.read.format("delta").load(path).columns)
+    return [f for f in fields if f.name not in have]
+
+
+def columns_ddl(fields: Sequence[StructField]) -> str:
+    """`fields` as the column list of ALTER TABLE ... ADD COLUMNS (names quoted)."""
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
+
+
 def require_columns(spark: SparkSession, path: str, schema: StructType) -> None:
     """Refuse, with the statement that fixes it, an existing table that lacks a column of
     `schema`: otherwise the write fails later with Delta's schema mismatch, which suggests a
     writer option the jobs do not expose."""
-    have = set(spark.read.format("delta").load(path).schema.fieldNames())
-    missing = [f for f in schema.fields if f.name not in have]
+    missing = missing_columns(spark, path, schema.fields)
     if missing:
-        ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
         raise OutdatedTableError(
             f"table {path} lacks column(s) {', '.join(f.name for f in missing)} that this "
             "version writes (an older version created it); add them, then run again: "
-            f"ALTER TABLE delta.`{path}` ADD COLUMNS ({ddl})"
+            f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns_ddl(missing)})"
         )
 
 

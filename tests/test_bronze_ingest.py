@@ -173,7 +173,7 @@ def test_a_table_from_an_older_version_is_refused_with_the_fix(
     )
     tables.create_table(spark, path, old, BRONZE_PROPERTIES, ("ingest_date",))
     kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0), (b"k", b"nope", 0)])
-    alter = f"ALTER TABLE delta.`{path}` ADD COLUMNS (value_error string)"
+    alter = f"ALTER TABLE delta.`{path}` ADD COLUMNS (`value_error` string)"
     with pytest.raises(tables.OutdatedTableError, match="lacks column") as refused:
         run_ingest(spark, settings, name)
     assert str(refused.value).endswith(alter)
