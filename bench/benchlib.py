@@ -11,12 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakehouse import kafka
+from lakehouse.core import kafka
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakehouse.settings import Settings
+    from lakehouse.core.settings import Settings
 
 
 def jvm_pid(spark: SparkSession) -> int:

@@ -25,10 +25,11 @@ from typing import Any
 
 from benchlib import cpu_seconds, jvm_pid, preload
 
-from lakehouse import kafka, services
-from lakehouse.ingest import IngestOptions, bronze_path, ingest
-from lakehouse.settings import Settings, SourceSettings, load_settings, project_root
-from lakehouse.spark import build_session
+from lakehouse.bronze.ingest import IngestOptions, bronze_path, ingest
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings, SourceSettings, load_settings, project_root
+from lakehouse.core.spark import build_session
+from lakehouse.devstack import services
 
 PARTITIONS = 2
 MAX_OFFSETS_PER_TRIGGER = 500_000

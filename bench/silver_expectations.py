@@ -28,11 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from benchlib import cpu_seconds, jvm_pid, preload
 
-from lakehouse import kafka, services
-from lakehouse.expectations import evaluate, from_settings, metrics
-from lakehouse.ingest import IngestOptions, ingest
-from lakehouse.refine import RefineOptions, RefineResult, refine
-from lakehouse.settings import (
+from lakehouse.bronze.ingest import IngestOptions, ingest
+from lakehouse.core import kafka
+from lakehouse.core.settings import (
     ExpectationSettings,
     Settings,
     SilverTableSettings,
@@ -40,8 +38,11 @@ from lakehouse.settings import (
     load_settings,
     project_root,
 )
-from lakehouse.spark import build_session
-from lakehouse.validate import TableSpec, build_expectations
+from lakehouse.core.spark import build_session
+from lakehouse.devstack import services
+from lakehouse.quality.expectations import evaluate, from_settings, metrics
+from lakehouse.quality.validate import TableSpec, build_expectations
+from lakehouse.silver.refine import RefineOptions, RefineResult, refine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

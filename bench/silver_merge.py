@@ -4,7 +4,7 @@ same session, alternating runs.
 
     .venv/bin/python bench/silver_merge.py --sizes 250000,1000000,4000000 --rounds 3
 
-Each table is created like `lakehouse.refine` creates a silver table (`cdc.scd1_schema` of the
+Each table is created like `lakehouse.silver.refine` creates a silver table (`cdc.scd1_schema` of the
 orders row, `tables.create_table` with `refine.SILVER_PROPERTIES`), filled once with keys
 0..N-1 and restored to that version after every MERGE (RESTORE is not timed). Only the MERGE
 is timed. The batch (fixed seed): 7,000 updates and 1,000 deletes of existing keys, 2,000
@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from benchlib import cpu_seconds, jvm_pid
 
-from lakehouse import cdc, tables
-from lakehouse.refine import SILVER_PROPERTIES
-from lakehouse.settings import load_settings
-from lakehouse.spark import build_session
+from lakehouse.core import tables
+from lakehouse.core.settings import load_settings
+from lakehouse.core.spark import build_session
+from lakehouse.silver import cdc
+from lakehouse.silver.refine import SILVER_PROPERTIES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

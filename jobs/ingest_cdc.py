@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lakehouse.jobs import ingest_main
+    from lakehouse.core.jobs import ingest_main
 
     return ingest_main("ingest_cdc", "cdc", __doc__.splitlines()[0], argv)
 

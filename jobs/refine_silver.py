@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lakehouse.jobs import refine_main
+    from lakehouse.core.jobs import refine_main
 
     return refine_main(argv)
 

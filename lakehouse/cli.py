@@ -26,9 +26,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from lakehouse import services, tables, validate
-from lakehouse.settings import Settings, SettingsError, load_settings, project_root
-from lakehouse.spark import build_session, session_conf
+from lakehouse.core import tables
+from lakehouse.core.settings import Settings, SettingsError, load_settings, project_root
+from lakehouse.core.spark import build_session, session_conf
+from lakehouse.devstack import services
+from lakehouse.quality import validate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -115,7 +117,7 @@ def cmd_services(_settings: Settings, args: argparse.Namespace) -> None:
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
-    from lakehouse import demo
+    from lakehouse.devstack import demo
 
     services.start_all(project_root())
     spark = build_session(settings, "lakehouse-demo")
@@ -169,7 +171,7 @@ def _fixes(pairs: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> None:
-    from lakehouse.refine import replay_quarantine
+    from lakehouse.silver.refine import replay_quarantine
 
     name = args.table.removeprefix("silver.")
     settings.silver_table(name)  # an unknown table fails before a JVM starts

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakehouse import tables
-from lakehouse.ingest import INGEST_LOG, bronze_path
-from lakehouse.settings import Settings
+from lakehouse.bronze.ingest import INGEST_LOG, bronze_path
+from lakehouse.core import tables
+from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -79,7 +79,7 @@ def silver_summary(spark: SparkSession, settings: Settings) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from lakehouse.refine import METRICS, QUARANTINE, silver_path
+    from lakehouse.silver.refine import METRICS, QUARANTINE, silver_path
 
     metrics_path = tables.system_log_path(settings, METRICS)
     last: dict[str, list[object]] = {}

@@ -13,10 +13,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse import kafka
-from lakehouse.ingest import IngestOptions, IngestResult, ingest
-from lakehouse.offsets import StartFrom
-from lakehouse.settings import Settings, SourceSettings, project_root
+from lakehouse.bronze.ingest import IngestOptions, IngestResult, ingest
+from lakehouse.bronze.offsets import StartFrom
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings, SourceSettings, project_root
 
 ROOT = project_root()
 

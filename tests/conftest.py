@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from lakehouse import pg
-from lakehouse.settings import Settings, load_settings, project_root
+from lakehouse.core.settings import Settings, load_settings, project_root
+from lakehouse.devstack import pg
 
 
 def in_ci() -> bool:
@@ -29,7 +29,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 @pytest.fixture(scope="session")
 def spark(settings: Settings) -> Iterator[object]:
-    from lakehouse.spark import build_session
+    from lakehouse.core.spark import build_session
 
     session = build_session(settings, "lakehouse-tests")
     yield session
@@ -39,7 +39,7 @@ def spark(settings: Settings) -> Iterator[object]:
 @pytest.fixture(scope="session")
 def running_services() -> Iterator[dict[str, str]]:
     """Start Kafka, PostgreSQL and Kafka Connect unless already up; stop what we started."""
-    from lakehouse import services
+    from lakehouse.devstack import services
 
     root = project_root()
     already_up = any(state.startswith("running") for state in services.status(root).values())

@@ -9,9 +9,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse import kafka
-from lakehouse.refine import RefineOptions, RefineResult, refine
-from lakehouse.settings import ExpectationSettings, Settings, SilverTableSettings
+from lakehouse.core import kafka
+from lakehouse.core.settings import ExpectationSettings, Settings, SilverTableSettings
+from lakehouse.silver.refine import RefineOptions, RefineResult, refine
 from tests.bronze_helpers import new_source, run_ingest
 
 ORDER_SCHEMA = "order_id BIGINT, customer_id BIGINT, order_status STRING, amount DOUBLE, ts BIGINT"

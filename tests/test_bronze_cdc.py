@@ -11,8 +11,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from lakehouse import kafka
-from lakehouse.settings import Settings
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings
 from tests.bronze_helpers import bronze, new_source, run_ingest
 from tests.conftest import pg_connect
 
@@ -96,7 +96,7 @@ def wait_for_records(settings: Settings, topic: str, count: int, timeout_s: floa
 def test_real_debezium_to_bronze(
     spark: SparkSession, kafka_up: Settings, pg_table: str, schemas_enable: bool, unwrap: bool
 ) -> None:
-    from lakehouse import services
+    from lakehouse.devstack import services
 
     tag = f"{int(schemas_enable)}{int(unwrap)}"
     connector = f"bronze-{pg_table}-{tag}"

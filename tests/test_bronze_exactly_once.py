@@ -14,8 +14,8 @@ from pathlib import Path
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from lakehouse import kafka, tables
-from lakehouse.settings import Settings
+from lakehouse.core import kafka, tables
+from lakehouse.core.settings import Settings
 from tests.bronze_helpers import bronze, job_env, new_source, run_ingest, start_job
 
 MAX_EVENTS = 40_000

@@ -20,11 +20,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from lakehouse import kafka, tables
-from lakehouse.bronze import BRONZE_PROPERTIES, bronze_schema, kafka_to_bronze
-from lakehouse.offsets import DataLossError, Gap, StartFrom, StartFromError
-from lakehouse.settings import Settings
-from lakehouse.spark import java_class
+from lakehouse.bronze.offsets import DataLossError, Gap, StartFrom, StartFromError
+from lakehouse.bronze.transform import BRONZE_PROPERTIES, bronze_schema, kafka_to_bronze
+from lakehouse.core import kafka, tables
+from lakehouse.core.settings import Settings
+from lakehouse.core.spark import java_class
 from tests.bronze_helpers import bronze, new_source, run_ingest, run_job
 
 LINEAGE = StructType(

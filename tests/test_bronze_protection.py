@@ -7,8 +7,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from lakehouse import kafka, tables
-from lakehouse.settings import Settings
+from lakehouse.core import kafka, tables
+from lakehouse.core.settings import Settings
 from tests.bronze_helpers import bronze, new_source, run_ingest
 
 # Delta refuses DELETE/UPDATE/overwrite on delta.appendOnly tables; TRUNCATE it refuses for

@@ -10,9 +10,9 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from lakehouse import tables
-from lakehouse.cdc import apply_scd1, current_rows, purge_tombstones, scd1_schema
-from lakehouse.settings import Settings
+from lakehouse.core import tables
+from lakehouse.core.settings import Settings
+from lakehouse.silver.cdc import apply_scd1, current_rows, purge_tombstones, scd1_schema
 
 COLUMNS = StructType(
     [

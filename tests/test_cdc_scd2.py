@@ -14,8 +14,9 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from lakehouse import tables
-from lakehouse.cdc import (
+from lakehouse.core import tables
+from lakehouse.core.settings import Settings
+from lakehouse.silver.cdc import (
     apply_scd1,
     apply_scd2,
     apply_truncate_scd1,
@@ -25,7 +26,6 @@ from lakehouse.cdc import (
     scd1_schema,
     scd2_schema,
 )
-from lakehouse.settings import Settings
 
 COLUMNS = StructType(
     [

@@ -6,7 +6,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse.expectations import (
+from lakehouse.quality.expectations import (
     FAILED,
     Expectation,
     ExpectationError,

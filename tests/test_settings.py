@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.settings import Secret, Settings, SettingsError, load_settings
+from lakehouse.core.settings import Secret, Settings, SettingsError, load_settings
 
 
 def write_conf(tmp_path: Path, base: str, overlay: str | None = None, env: str = "dev") -> Path:

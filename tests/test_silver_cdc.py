@@ -9,8 +9,8 @@ import json
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from lakehouse import kafka
-from lakehouse.settings import Settings
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings
 from tests.bronze_helpers import new_source, run_ingest
 from tests.silver_helpers import current, quarantine, run_refine, with_silver
 

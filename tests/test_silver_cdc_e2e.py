@@ -18,9 +18,10 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import kafka, services
-from lakehouse.settings import Settings
-from lakehouse.silver import TOAST_PLACEHOLDER
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings
+from lakehouse.devstack import services
+from lakehouse.silver.transform import TOAST_PLACEHOLDER
 from tests.bronze_helpers import bronze, new_source, run_ingest
 from tests.conftest import pg_connect
 from tests.silver_helpers import current, run_refine, with_silver

@@ -14,8 +14,8 @@ import yaml
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse import tables
-from lakehouse.settings import Settings, load_settings, project_root
+from lakehouse.core import tables
+from lakehouse.core.settings import Settings, load_settings, project_root
 from tests.bronze_helpers import new_source, run_ingest, start_job
 from tests.silver_helpers import (
     ORDER_SCHEMA,

@@ -11,11 +11,12 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from lakehouse import cli, fs
-from lakehouse.expectations import ExpectationFailed
-from lakehouse.refine import replay_quarantine
-from lakehouse.settings import Settings
-from lakehouse.silver import SchemaDriftError
+from lakehouse import cli
+from lakehouse.core import fs
+from lakehouse.core.settings import Settings
+from lakehouse.quality.expectations import ExpectationFailed
+from lakehouse.silver.refine import replay_quarantine
+from lakehouse.silver.transform import SchemaDriftError
 from lakehouse.status import silver_summary
 from tests.bronze_helpers import run_ingest
 from tests.silver_helpers import (

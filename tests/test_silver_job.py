@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 from pyspark.sql import SparkSession
 
-from lakehouse.jobs import EXIT_CONTRACT
-from lakehouse.settings import Settings, project_root
+from lakehouse.core.jobs import EXIT_CONTRACT
+from lakehouse.core.settings import Settings, project_root
 from tests.bronze_helpers import new_source, run_ingest, run_job
 from tests.silver_helpers import ORDER_SCHEMA, produce
 

@@ -8,8 +8,8 @@ import time
 import uuid
 from typing import Any
 
-from lakehouse import kafka
-from lakehouse.settings import Settings
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings
 from tests.conftest import pg_connect
 
 
@@ -47,7 +47,7 @@ def consume(settings: Settings, topic: str, count: int, timeout_s: float = 90.0)
 
 
 def test_insert_update_delete_arrive_as_debezium_events(settings: Settings, pg_table: str) -> None:
-    from lakehouse import services
+    from lakehouse.devstack import services
 
     name = f"smoke-{pg_table}"
     prefix = f"smoke{pg_table[-8:]}"

@@ -8,7 +8,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from lakehouse.settings import Settings
+from lakehouse.core.settings import Settings
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("name", StringType(), True)])
 CHANGES = StructType(

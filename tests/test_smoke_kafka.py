@@ -10,8 +10,8 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from lakehouse import kafka
-from lakehouse.settings import Settings
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings
 
 SCHEMA = StructType(
     [

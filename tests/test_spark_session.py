@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from lakehouse.spark import runtime_conf
+from lakehouse.core.spark import runtime_conf
 
 
 def test_runtime_conf_applies_inside_and_restores_after_an_error(spark: SparkSession) -> None:

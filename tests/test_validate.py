@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from lakehouse import cli, tables
-from lakehouse.expectations import ExpectationError
-from lakehouse.settings import ExpectationSettings, Settings, SilverTableSettings
-from lakehouse.validate import (
+from lakehouse import cli
+from lakehouse.core import tables
+from lakehouse.core.settings import ExpectationSettings, Settings, SilverTableSettings
+from lakehouse.quality.expectations import ExpectationError
+from lakehouse.quality.validate import (
     VALIDATION_LOG,
     ExpectationOutcome,
     ValidateError,

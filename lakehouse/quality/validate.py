@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from lakehouse import tables
-from lakehouse.expectations import ExpectationError
-from lakehouse.settings import ExpectationSettings, Settings, project_root
+from lakehouse.core import tables
+from lakehouse.core.settings import ExpectationSettings, Settings, project_root
+from lakehouse.quality.expectations import ExpectationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import psycopg
 
-    from lakehouse.settings import Settings
+    from lakehouse.core.settings import Settings
 
 
 def connect(settings: Settings) -> psycopg.Connection[Any]:

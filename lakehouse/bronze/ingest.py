@@ -12,12 +12,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lakehouse import bronze, kafka, offsets, tables
-from lakehouse.kafka import spark_options
-from lakehouse.offsets import DataLossError, Offsets, StartFrom, StartFromError
-from lakehouse.settings import Settings, SettingsError, SourceSettings
-from lakehouse.spark import runtime_conf
-from lakehouse.streaming import await_query, progress_reports
+from lakehouse.bronze import offsets
+from lakehouse.bronze import transform as bronze
+from lakehouse.bronze.offsets import DataLossError, Offsets, StartFrom, StartFromError
+from lakehouse.core import kafka, tables
+from lakehouse.core.kafka import spark_options
+from lakehouse.core.settings import Settings, SettingsError, SourceSettings
+from lakehouse.core.spark import runtime_conf
+from lakehouse.core.streaming import await_query, progress_reports
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -9,11 +9,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from lakehouse.expectations import ExpectationFailed
-from lakehouse.offsets import DataLossError, StartFromError, parse_start_from
-from lakehouse.settings import Settings, SettingsError, load_settings
-from lakehouse.silver import SchemaDriftError
-from lakehouse.tables import ProtectedTableError
+from lakehouse.bronze.offsets import DataLossError, StartFromError, parse_start_from
+from lakehouse.core.settings import Settings, SettingsError, load_settings
+from lakehouse.core.tables import ProtectedTableError
+from lakehouse.quality.expectations import ExpectationFailed
+from lakehouse.silver.transform import SchemaDriftError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,7 +78,7 @@ def run_job(
     argv_for_log: Sequence[str] | None = None,
 ) -> int:
     """Load settings, build the session, run `body`, always stop the session."""
-    from lakehouse.spark import build_session
+    from lakehouse.core.spark import build_session
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -127,7 +127,7 @@ def _fail(job: str, message: object, code: int) -> int:
 
 def ingest_main(job: str, kind: str, description: str, argv: Sequence[str] | None) -> int:
     """`main()` of ingest_events and ingest_cdc: the same flags, a different source kind."""
-    from lakehouse.ingest import IngestOptions, ingest
+    from lakehouse.bronze.ingest import IngestOptions, ingest
 
     args = ingest_parser(job, description).parse_args(argv)
     options = IngestOptions(
@@ -138,7 +138,7 @@ def ingest_main(job: str, kind: str, description: str, argv: Sequence[str] | Non
 
 def refine_main(argv: Sequence[str] | None) -> int:
     """`main()` of refine_silver."""
-    from lakehouse.refine import RefineOptions, refine
+    from lakehouse.silver.refine import RefineOptions, refine
 
     parser = base_parser("refine_silver", "bronze Change Data Feed -> silver table")
     parser.add_argument("--table", required=True, help="a silver table from conf/*/tables.yml")

@@ -599,7 +599,7 @@ def _wait_until(
 
 
 def _pom_dir(paths: _Paths, name: str) -> Path:
-    for base in (paths.root, Path(__file__).resolve().parent.parent):
+    for base in (paths.root, Path(__file__).resolve().parent.parent.parent):
         candidate = base / "services" / "maven" / name
         if (candidate / "pom.xml").is_file():
             return candidate
@@ -1700,7 +1700,7 @@ def status(root: Path | str) -> dict[str, str]:
 
 def _default_root() -> Path:
     home = os.environ.get("LAKEHOUSE_HOME")
-    return Path(home).resolve() if home else Path(__file__).resolve().parent.parent
+    return Path(home).resolve() if home else Path(__file__).resolve().parent.parent.parent
 
 
 def main(argv: Sequence[str] | None = None) -> int:

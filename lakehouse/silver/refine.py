@@ -22,8 +22,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from lakehouse import bronze, cdc, fs, silver, tables
-from lakehouse.expectations import (
+from lakehouse.bronze import transform as bronze
+from lakehouse.bronze.ingest import bronze_path
+from lakehouse.core import fs, tables
+from lakehouse.core.settings import Settings, SettingsError, SilverTableSettings
+from lakehouse.core.streaming import await_query
+from lakehouse.quality.expectations import (
     REMOVING,
     Expectation,
     ExpectationFailed,
@@ -32,10 +36,9 @@ from lakehouse.expectations import (
     fails_any,
     from_settings,
 )
-from lakehouse.ingest import bronze_path
-from lakehouse.settings import Settings, SettingsError, SilverTableSettings
-from lakehouse.silver import ParsedSchema, SchemaDriftError
-from lakehouse.streaming import await_query
+from lakehouse.silver import cdc
+from lakehouse.silver import transform as silver
+from lakehouse.silver.transform import ParsedSchema, SchemaDriftError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -295,7 +298,7 @@ def _refine_batch(batch: DataFrame, batch_id: int, plan: _Plan, result: RefineRe
                 evaluated.unpersist()
                 _refine_batch(batch, batch_id, plan, result)
                 return
-        from lakehouse.expectations import check_fail_rules, kept, quarantined
+        from lakehouse.quality.expectations import check_fail_rules, kept, quarantined
 
         check_fail_rules(evaluated.drop(*silver.TRANSIENT), plan.expectations, stats.per_rule)
         kept_rows = kept(evaluated, plan.expectations)
@@ -660,7 +663,7 @@ def replay_quarantine(
     evaluated = silver.evaluate_rules(records, plan.expectations).persist()
     try:
         stats = _batch_stats(evaluated.drop("_lh_id"), plan.expectations)
-        from lakehouse.expectations import check_fail_rules, kept
+        from lakehouse.quality.expectations import check_fail_rules, kept
 
         check_fail_rules(
             evaluated.drop(*silver.TRANSIENT, "_lh_id"), plan.expectations, stats.per_rule

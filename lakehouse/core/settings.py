@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import yaml
 from dotenv import load_dotenv
 
-from lakehouse import versions
+from lakehouse.core import versions
 
 ENV_PREFIX = "LAKEHOUSE__"
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -272,7 +272,7 @@ def project_root() -> Path:
     home = os.environ.get("LAKEHOUSE_HOME")
     if home:
         return Path(home).resolve()
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parent.parent.parent
 
 
 def load_settings(

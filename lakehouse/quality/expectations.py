@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from lakehouse.settings import ExpectationSettings
+    from lakehouse.core.settings import ExpectationSettings
 
 ACTIONS = ("warn", "drop", "quarantine", "fail")
 FAILED = "_failed_expectations"  # array<string> of failed rule names, per row

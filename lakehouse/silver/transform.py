@@ -1,6 +1,6 @@
 """Silver transformations: bronze rows -> parsed, flattened, checked records or CDC changes.
 
-Pure DataFrame -> DataFrame functions; `lakehouse.refine` does the reads, writes and MERGEs.
+Pure DataFrame -> DataFrame functions; `lakehouse.silver.refine` does the reads, writes and MERGEs.
 
 A bronze micro-batch becomes one row per record with the declared columns plus transient
 `_lh_*` columns (bronze lineage, raw bytes, parse error, unknown fields) that quarantine and the
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from lakehouse.bronze import TOMBSTONE
-from lakehouse.expectations import FAILED, MASK, Expectation, evaluate, mask_columns
+from lakehouse.bronze.transform import TOMBSTONE
+from lakehouse.quality.expectations import FAILED, MASK, Expectation, evaluate, mask_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-    from lakehouse.settings import SilverTableSettings
+    from lakehouse.core.settings import SilverTableSettings
 
 RESCUED = "_rescued_data"  # JSON of fields that did not fit the schema (unknown or mistyped)
 # Transient columns of a batch being refined (never written to silver).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lakehouse.settings import KafkaSettings
+from lakehouse.core.settings import KafkaSettings
 
 
 class KafkaError(RuntimeError):

@@ -1,6 +1,6 @@
 """The JVM side, pinned in one place.
 
-Local sessions (`lakehouse.spark.build_session`), `spark-submit` (`jobs/submit`) and the set-up
+Local sessions (`lakehouse.core.spark.build_session`), `lakehouse spark-submit-args` and the set-up
 all read these coordinates, so a job that runs here resolves the same jars on a cluster.
 Why these versions: see the README section "Versions".
 """

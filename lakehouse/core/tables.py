@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lakehouse import fs
-from lakehouse.settings import Settings
+from lakehouse.core import fs
+from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

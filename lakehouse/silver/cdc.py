@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from lakehouse.spark import java_class
+from lakehouse.core.spark import java_class
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

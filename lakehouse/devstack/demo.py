@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from lakehouse import kafka, pg, services
-from lakehouse.settings import Settings
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings
+from lakehouse.devstack import pg, services
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lakehouse.refine import RefineResult
+    from lakehouse.silver.refine import RefineResult
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def _orders_to_bronze(spark: SparkSession, settings: Settings, events: int) -> _
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from lakehouse.ingest import IngestOptions, bronze_path, ingest
+    from lakehouse.bronze.ingest import IngestOptions, bronze_path, ingest
 
     kafka.ensure_topic(settings.kafka, DEMO_TOPIC, partitions=2)
     before = kafka.end_offsets(settings.kafka, DEMO_TOPIC)
@@ -151,7 +152,7 @@ def _orders_to_bronze(spark: SparkSession, settings: Settings, events: int) -> _
 def _orders_to_silver(spark: SparkSession, settings: Settings, first_id: int) -> int:
     from pyspark.sql import functions as F
 
-    from lakehouse.refine import RefineOptions, refine
+    from lakehouse.silver.refine import RefineOptions, refine
 
     result = refine(spark, settings, RefineOptions("orders"))
     _banner(f"silver.orders: refine_silver --table orders ({result.path})")
@@ -171,8 +172,8 @@ def _orders_to_silver(spark: SparkSession, settings: Settings, first_id: int) ->
 
 def _customers_through_debezium(spark: SparkSession, settings: Settings) -> tuple[int, int]:
     """Changes in PostgreSQL -> Debezium -> bronze.customers -> silver (SCD1 and SCD2)."""
-    from lakehouse.ingest import IngestOptions, ingest
-    from lakehouse.refine import RefineOptions, refine
+    from lakehouse.bronze.ingest import IngestOptions, ingest
+    from lakehouse.silver.refine import RefineOptions, refine
 
     services.register_postgres_connector(
         CDC_CONNECTOR, CDC_PREFIX, ["public.customers"], schemas_enable=False, unwrap=False
@@ -286,7 +287,7 @@ def _this_run(
     """Rows of a system table written by the batches of this refine run."""
     from pyspark.sql import functions as F
 
-    from lakehouse import tables
+    from lakehouse.core import tables
 
     path = tables.system_log_path(settings, log_name)
     return (

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakehouse import fs
-from lakehouse.settings import KafkaSettings, SourceSettings
+from lakehouse.core import fs
+from lakehouse.core.settings import KafkaSettings, SourceSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -140,7 +140,7 @@ def topic_partitions(kafka: KafkaSettings, source: SourceSettings) -> dict[str, 
     """The partitions the source reads now (topic list or pattern)."""
     from confluent_kafka.admin import AdminClient
 
-    from lakehouse.kafka import client_config
+    from lakehouse.core.kafka import client_config
 
     meta = AdminClient(client_config(kafka, **source.kafka_options)).list_topics(timeout=30)
     if source.topics:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.settings import Settings, project_root
+from lakehouse.core.settings import Settings, project_root
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

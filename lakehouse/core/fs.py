@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.spark import java_class
+from lakehouse.core.spark import java_class
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
