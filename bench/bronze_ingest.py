@@ -27,9 +27,10 @@ from benchlib import cpu_seconds, jvm_pid, preload
 
 from lakehouse.bronze.ingest import IngestOptions, bronze_path, ingest
 from lakehouse.core import kafka
-from lakehouse.core.settings import Settings, SourceSettings, load_settings, project_root
+from lakehouse.core.settings import Settings, load_settings
 from lakehouse.core.spark import build_session
-from lakehouse.devstack import services
+from lakehouse.core.specs import SourceSettings
+from lakehouse.devstack.kafka import start_kafka
 
 PARTITIONS = 2
 MAX_OFFSETS_PER_TRIGGER = 500_000
@@ -107,12 +108,12 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    services.start_kafka(project_root())
     work = tempfile.mkdtemp(prefix="bench-bronze-")
     settings = load_settings(
         "test",
         overrides={"storage.root": work, "spark.conf": {"spark.driver.memory": args.driver_memory}},
     )
+    start_kafka(settings)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
     preload(settings, topic, args.events, event, PARTITIONS)
@@ -139,7 +140,7 @@ def main() -> None:
         def run() -> None:
             ingest(spark, ours_settings, IngestOptions(name), "events")
 
-        return bronze_path(ours_settings, name, source), run
+        return bronze_path(ours_settings, name), run
 
     def base() -> tuple[str, Callable[[], None]]:
         out, checkpoint = f"{work}/{table('baseline')}", f"{work}/checkpoint{next(runs)}"

@@ -30,18 +30,12 @@ from benchlib import cpu_seconds, jvm_pid, preload
 
 from lakehouse.bronze.ingest import IngestOptions, ingest
 from lakehouse.core import kafka
-from lakehouse.core.settings import (
-    ExpectationSettings,
-    Settings,
-    SilverTableSettings,
-    SourceSettings,
-    load_settings,
-    project_root,
-)
+from lakehouse.core.settings import Settings, load_settings
 from lakehouse.core.spark import build_session
-from lakehouse.devstack import services
+from lakehouse.core.specs import ExpectationSettings, SilverTableSettings, SourceSettings
+from lakehouse.devstack.kafka import kafka_status, start_kafka, stop_kafka
 from lakehouse.quality.expectations import evaluate, from_settings, metrics
-from lakehouse.quality.validate import TableSpec, build_expectations
+from lakehouse.quality.suite import TableSpec, build_expectations
 from lakehouse.silver.refine import RefineOptions, RefineResult, refine
 
 if TYPE_CHECKING:
@@ -200,14 +194,13 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    root = project_root()
-    kafka_was_running = services.status(root)["kafka"].startswith("running")
-    services.start_kafka(root)
     work = tempfile.mkdtemp(prefix="bench-silver-exp-")
     settings = load_settings(
         "test",
         overrides={"storage.root": work, "spark.conf": {"spark.driver.memory": args.driver_memory}},
     )
+    kafka_was_running = kafka_status(settings).startswith("running")
+    start_kafka(settings)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
     preload(settings, topic, args.events, event, PARTITIONS)
@@ -283,7 +276,7 @@ def main() -> None:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
         if not kafka_was_running:
-            services.stop_kafka(root)
+            stop_kafka(settings)
     report(results, gx_results, args.events, args.mode)
 
 

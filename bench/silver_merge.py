@@ -1,11 +1,11 @@
-"""Silver MERGE scaling: one 10,000-change batch applied with `cdc.apply_scd1` to SCD1 silver
+"""Silver MERGE scaling: one 10,000-change batch applied with `scd1.apply_scd1` to SCD1 silver
 tables of growing size, against a minimal hand-written Delta MERGE upsert on the same tables,
 same session, alternating runs.
 
     .venv/bin/python bench/silver_merge.py --sizes 250000,1000000,4000000 --rounds 3
 
-Each table is created like `lakehouse.silver.refine` creates a silver table (`cdc.scd1_schema` of the
-orders row, `tables.create_table` with `refine.SILVER_PROPERTIES`), filled once with keys
+Each table is created like `lakehouse.silver.plan` creates a silver table (`scd1.scd1_schema`
+of the orders row, `tables.create_table` with `plan.SILVER_PROPERTIES`), filled once with keys
 0..N-1 and restored to that version after every MERGE (RESTORE is not timed). Only the MERGE
 is timed. The batch (fixed seed): 7,000 updates and 1,000 deletes of existing keys, 2,000
 inserts of new keys. Existing keys are drawn once over the smallest table's key range and
@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from benchlib import cpu_seconds, jvm_pid
 
-from lakehouse.core import tables
+from lakehouse.core import current, tables
 from lakehouse.core.settings import load_settings
 from lakehouse.core.spark import build_session
-from lakehouse.silver import cdc
-from lakehouse.silver.refine import SILVER_PROPERTIES
+from lakehouse.silver import scd1
+from lakehouse.silver.changes import OP, SEQ
+from lakehouse.silver.plan import SILVER_PROPERTIES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -111,7 +112,7 @@ def changes_frame(
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     schema = StructType(
-        [*row_schema().fields, StructField(cdc.OP, StringType()), StructField(cdc.SEQ, LongType())]
+        [*row_schema().fields, StructField(OP, StringType()), StructField(SEQ, LongType())]
     )
     rows: list[tuple[Any, ...]] = []
     for i, (op, position, amount) in enumerate(batch):
@@ -130,12 +131,12 @@ def upsert_rows(changes: DataFrame) -> DataFrame:
     tombstone row: the baseline does the same number of row writes, with no conditions)."""
     from pyspark.sql import functions as F
 
-    deleted = F.col(cdc.OP) == "d"
+    deleted = F.col(OP) == "d"
     return changes.select(
         *[F.col(f.name) for f in row_schema().fields],
-        F.col(cdc.SEQ).alias(cdc.TARGET_SEQ),
-        deleted.alias(cdc.DELETED),
-        F.when(deleted, F.current_timestamp()).alias(cdc.DELETED_AT),
+        F.col(SEQ).alias(current.TARGET_SEQ),
+        deleted.alias(current.DELETED),
+        F.when(deleted, F.current_timestamp()).alias(current.DELETED_AT),
     )
 
 
@@ -148,7 +149,7 @@ def prepare(
     from pyspark.sql import functions as F
 
     path = f"{work}/{variant.name}_{size}"
-    tables.create_table(spark, path, cdc.scd1_schema(row_schema()), variant.properties)
+    tables.create_table(spark, path, scd1.scd1_schema(row_schema()), variant.properties)
     ids = F.col("id")
     statuses = F.array(*[F.lit(s) for s in STATUSES])
     (
@@ -160,9 +161,9 @@ def prepare(
             ((ids % 50_000) / 100).cast("decimal(12,2)").alias("amount"),
             (ids + BASE_TS).alias("ts"),
             F.lit(None).cast("string").alias("_rescued_data"),
-            (ids + BASE_TS).alias(cdc.TARGET_SEQ),
-            F.lit(False).alias(cdc.DELETED),
-            F.lit(None).cast("timestamp").alias(cdc.DELETED_AT),
+            (ids + BASE_TS).alias(current.TARGET_SEQ),
+            F.lit(False).alias(current.DELETED),
+            F.lit(None).cast("timestamp").alias(current.DELETED_AT),
         )
         .write.format("delta")
         .mode("append")
@@ -176,17 +177,17 @@ def prepare(
 
 def ours(spark: SparkSession, path: str, changes: DataFrame, rows: int) -> None:
     """As refine calls it: with the batch's row count, which refine has from its own pass."""
-    cdc.apply_scd1(spark, path, changes, KEYS, rows=rows)
+    scd1.apply_scd1(spark, path, changes, KEYS, rows=rows)
 
 
 def ours_shuffled(spark: SparkSession, path: str, changes: DataFrame, rows: int) -> None:
     """apply_scd1 without its broadcast of small batches (for --compare-broadcast)."""
-    cdc.apply_scd1(spark, path, changes, KEYS, rows=rows, broadcast_changes=0)
+    scd1.apply_scd1(spark, path, changes, KEYS, rows=rows, broadcast_changes=0)
 
 
 def ours_unfiltered(spark: SparkSession, path: str, changes: DataFrame, rows: int) -> None:
     """apply_scd1 without the Bloom filter of the batch's keys (for --compare-key-filter)."""
-    cdc.apply_scd1(spark, path, changes, KEYS, rows=rows, key_filter_changes=0)
+    scd1.apply_scd1(spark, path, changes, KEYS, rows=rows, key_filter_changes=0)
 
 
 def baseline(spark: SparkSession, path: str, changes: DataFrame, rows: int) -> None:

@@ -13,9 +13,13 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lakehouse.core.jobs import ingest_main
+    from lakehouse.bronze.ingest import ingest, ingest_parser, options_from_args
+    from lakehouse.core.jobs import run_job
 
-    return ingest_main("ingest_cdc", "cdc", __doc__.splitlines()[0], argv)
+    job = "ingest_cdc"
+    args = ingest_parser(job, __doc__.splitlines()[0]).parse_args(argv)
+    options = options_from_args(args)
+    return run_job(job, args.env, lambda spark, settings: ingest(spark, settings, options, "cdc"))
 
 
 if __name__ == "__main__":

@@ -14,9 +14,14 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lakehouse.core.jobs import refine_main
+    from lakehouse.core.jobs import run_job
+    from lakehouse.silver.refine import options_from_args, refine, refine_parser
 
-    return refine_main(argv)
+    args = refine_parser().parse_args(argv)
+    options = options_from_args(args)
+    return run_job(
+        "refine_silver", args.env, lambda spark, settings: refine(spark, settings, options)
+    )
 
 
 if __name__ == "__main__":

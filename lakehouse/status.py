@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakehouse.bronze.ingest import INGEST_LOG, bronze_path
-from lakehouse.core import tables
+from lakehouse.bronze.ingest import bronze_path
+from lakehouse.core import current, protection, system, tables
 from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -24,9 +24,9 @@ def bronze_summary(spark: SparkSession, settings: Settings) -> DataFrame:
 
     gaps_by_source = _gap_counts(spark, settings)  # one read of the log for all sources
     rows: list[tuple[object, ...]] = []
-    for name, source in sorted(settings.sources.items()):
-        table = f"bronze.{source.bronze_table or name}"
-        path = bronze_path(settings, name, source)
+    for name in sorted(settings.sources):
+        table = settings.bronze_table(name)
+        path = bronze_path(settings, name)
         gaps = gaps_by_source.get(name, 0)
         if not tables.exists(spark, path):
             rows.append((name, table, 0, 0, 0, None, None, gaps))  # no table yet
@@ -43,7 +43,7 @@ def bronze_summary(spark: SparkSession, settings: Settings) -> DataFrame:
             .collect()[0]
         )
         props = tables.properties(spark, path)
-        protected = props.get(tables.RESET_ALLOWED) == "false"
+        protected = protection.is_protected(props)
         rows.append(
             (
                 name,
@@ -60,7 +60,7 @@ def bronze_summary(spark: SparkSession, settings: Settings) -> DataFrame:
 
 
 def _gap_counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
-    path = tables.system_log_path(settings, INGEST_LOG)
+    path = system.path(settings, system.INGEST_LOG)
     if not tables.exists(spark, path):
         return {}
     rows = spark.read.format("delta").load(path).where("event = 'gap'").groupBy("subject").count()
@@ -79,9 +79,9 @@ def silver_summary(spark: SparkSession, settings: Settings) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from lakehouse.silver.refine import METRICS, QUARANTINE, silver_path
+    from lakehouse.silver.plan import silver_path
 
-    metrics_path = tables.system_log_path(settings, METRICS)
+    metrics_path = system.path(settings, system.METRICS)
     last: dict[str, list[object]] = {}
     if tables.exists(spark, metrics_path):
         newest = Window.partitionBy("table").orderBy(F.col("at").desc(), F.col("batch_id").desc())
@@ -96,7 +96,7 @@ def silver_summary(spark: SparkSession, settings: Settings) -> DataFrame:
             if row["failed"]:
                 entry.append(f"{row['rule']}={row['failed']}")
     pending: dict[str, int] = {}
-    quarantine_path = tables.system_log_path(settings, QUARANTINE)
+    quarantine_path = system.path(settings, system.QUARANTINE)
     if tables.exists(spark, quarantine_path):
         counts = (
             spark.read.format("delta")
@@ -111,12 +111,7 @@ def silver_summary(spark: SparkSession, settings: Settings) -> DataFrame:
         path = silver_path(settings, name)
         live = None
         if tables.exists(spark, path):
-            frame = spark.read.format("delta").load(path)
-            if "__deleted" in frame.columns:
-                frame = frame.where("NOT __deleted")
-            if "__end_seq" in frame.columns:
-                frame = frame.where("__end_seq IS NULL")
-            live = frame.count()
+            live = current.live_rows(spark.read.format("delta").load(path)).count()
         batch, at, batch_rows, *failed = last.get(name, [None, None, None])
         rows.append(
             (

@@ -1,5 +1,8 @@
 """Session-scoped fixtures: one SparkSession, real services started once per test session.
 
+Tests live in packages mirroring the library's (core, bronze, silver, quality, offline, ...);
+`pytest -m "not services"` runs those that need no Kafka, PostgreSQL or Connect.
+
 In CI (CI=true) a service that cannot start fails the run; nothing is ever skipped there."""
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from lakehouse.core.settings import Settings, load_settings, project_root
+from lakehouse.core.settings import Settings, load_settings
 from lakehouse.devstack import pg
 
 
@@ -37,25 +40,24 @@ def spark(settings: Settings) -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
-def running_services() -> Iterator[dict[str, str]]:
+def running_services(settings: Settings) -> Iterator[dict[str, str]]:
     """Start Kafka, PostgreSQL and Kafka Connect unless already up; stop what we started."""
-    from lakehouse.devstack import services
+    from lakehouse.devstack import ServiceError, stack
 
-    root = project_root()
-    already_up = any(state.startswith("running") for state in services.status(root).values())
+    already_up = any(state.startswith("running") for state in stack.status(settings).values())
     try:
-        services.start_all(root)
-    except services.ServiceError as exc:
+        stack.start_all(settings)
+    except ServiceError as exc:
         if not already_up:
-            services.stop_all(root)  # leave no half-started stack behind
+            stack.stop_all(settings)  # leave no half-started stack behind
         if in_ci():
             pytest.fail(f"services did not start in CI: {exc}", pytrace=False)
         pytest.skip(f"services unavailable (run ./dev test to start them): {exc}")
     try:
-        yield services.status(root)
+        yield stack.status(settings)
     finally:
         if not already_up:
-            services.stop_all(root)
+            stack.stop_all(settings)
 
 
 def pg_connect(settings: Settings) -> psycopg.Connection[Any]:
@@ -76,6 +78,15 @@ def pg_table(running_services: dict[str, str], settings: Settings) -> Iterator[s
 @pytest.fixture(scope="session")
 def kafka_up(running_services: dict[str, str], settings: Settings) -> Settings:
     return settings
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs the real services (through `running_services`, directly or through
+    `kafka_up` / `pg_table`) carries the `services` marker, so `-m "not services"` selects the
+    tests that need only Spark and Delta."""
+    for item in items:
+        if "running_services" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.services)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

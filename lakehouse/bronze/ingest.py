@@ -8,18 +8,21 @@ highest offset bronze holds per partition, so nothing is duplicated and nothing 
 
 from __future__ import annotations
 
+import argparse
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lakehouse.bronze import offsets
+from lakehouse.bronze import historical, offsets
 from lakehouse.bronze import transform as bronze
 from lakehouse.bronze.offsets import DataLossError, Offsets, StartFrom, StartFromError
-from lakehouse.core import kafka, tables
+from lakehouse.core import fs, kafka, protection, system, tables
+from lakehouse.core.jobs import base_parser
 from lakehouse.core.kafka import spark_options
-from lakehouse.core.settings import Settings, SettingsError, SourceSettings
+from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.spark import runtime_conf
-from lakehouse.core.streaming import await_query, progress_reports
+from lakehouse.core.specs import SourceSettings
+from lakehouse.core.streaming import await_query, check_trigger, progress_reports, with_trigger
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -27,8 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TRIGGERS = ("available-now", "continuous")
-INGEST_LOG = "ingest_log"
+CHECKPOINTS = "ingest"  # checkpoints live in _checkpoints/ingest/<source>
 # Every row of a micro-batch has the same partition (its source and the batch's date), so the
 # partitioned write needs one open file per task, not a sort of the whole batch by it first,
 # which is Spark's default (the sort cost ~20% of the write, bench/README.md). Spark falls
@@ -55,32 +57,56 @@ class IngestResult:
     gaps: list[offsets.Gap] = field(default_factory=list)
 
 
-def bronze_path(settings: Settings, name: str, source: SourceSettings) -> str:
-    return tables.table_path(settings, f"bronze.{source.bronze_table or name}")
+def ingest_parser(job: str, description: str) -> argparse.ArgumentParser:
+    """The flags of `ingest_events` and `ingest_cdc` (the same flags, a different kind)."""
+    parser = base_parser(job, description)
+    parser.add_argument("--source", required=True, help="a source from conf/*/sources.yml")
+    parser.add_argument(
+        "--start-from",
+        type=_start_from,
+        default=None,
+        help='earliest | latest | bronze | offsets={"topic":{"0":42}} | timestamp=MS '
+        "(only for a new checkpoint; default: the checkpoint, else earliest)",
+    )
+    parser.add_argument(
+        "--historical",
+        metavar="PATH_OR_TABLE",
+        help="load this Delta snapshot into bronze first, then go live from --start-from",
+    )
+    parser.add_argument(
+        "--allow-data-loss",
+        action="store_true",
+        help="continue past offsets Kafka has expired (the gap is recorded)",
+    )
+    return parser
+
+
+def _start_from(text: str) -> StartFrom:
+    try:
+        return offsets.parse_start_from(text)
+    except StartFromError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def options_from_args(args: argparse.Namespace) -> IngestOptions:
+    return IngestOptions(
+        args.source, args.start_from, args.trigger, args.historical, args.allow_data_loss
+    )
+
+
+def bronze_path(settings: Settings, source: str) -> str:
+    return tables.table_path(settings, settings.bronze_table(source))
 
 
 def ingest(
     spark: SparkSession, settings: Settings, options: IngestOptions, kind: str
 ) -> IngestResult:
     """Run one ingest job for `options.source`, which must be of `kind` (events | cdc)."""
-    source = settings.source(options.source)
-    if source.kind != kind:
-        job = "ingest_cdc" if source.kind == "cdc" else "ingest_events"
-        raise SettingsError(
-            f"--source {options.source!r} is a {source.kind} source; run it with {job}"
-        )
-    if options.trigger not in TRIGGERS:
-        raise SettingsError(f"--trigger {options.trigger!r}: use one of {', '.join(TRIGGERS)}")
-    path = bronze_path(settings, options.source, source)
-    checkpoint = tables.checkpoint_path(settings, "ingest", options.source)
+    source = _check(settings, options, kind)
+    path = bronze_path(settings, options.source)
+    checkpoint = tables.checkpoint_path(settings, CHECKPOINTS, options.source)
     result = IngestResult(options.source, path)
-
-    schema = bronze.bronze_schema(kind)
-    created = tables.create_table(
-        spark, path, schema, bronze.bronze_properties(kind), bronze.PARTITION_COLUMNS
-    )
-    if not created:
-        tables.require_columns(spark, path, schema)
+    _ensure_table(spark, path, kind)
     has_checkpoint = offsets.checkpoint_exists(spark, checkpoint)
     if has_checkpoint and (options.start_from is not None or options.historical):
         raise StartFromError(
@@ -89,37 +115,17 @@ def ingest(
             "checkpoint away first (then --start-from bronze resumes without duplicates)"
         )
     if options.historical:
-        if options.start_from is None or options.start_from.mode not in ("offsets", "bronze"):
-            raise StartFromError(
-                "--historical needs --start-from offsets=JSON (the first live offsets after "
-                "the snapshot) or --start-from bronze"
-            )
-        result.historical_rows = load_historical(spark, settings, options, source, path)
-
+        result.historical_rows = historical.load(
+            spark, settings, options.source, options.historical, source, path
+        )
     start = options.start_from or StartFrom("earliest")
     if has_checkpoint:
         starting, needed = None, offsets.checkpoint_resume_offsets(spark, checkpoint) or {}
     else:
         starting, needed = _starting_offsets(spark, settings, source, start, path)
-    # Only ask Kafka for watermarks when there is an offset we rely on it still holding.
-    marks = kafka.watermarks(settings.kafka, needed, source.kafka_options) if needed else {}
-    gaps = offsets.find_gaps(needed, marks)
-    if gaps:
-        if not options.allow_data_loss:
-            raise DataLossError(gaps)
-        for gap in gaps:
-            log.warning("data loss accepted by --allow-data-loss: %s", gap.describe())
-            tables.append_system_log(
-                spark,
-                settings,
-                INGEST_LOG,
-                {"event": "gap", "subject": options.source, **gap.__dict__},
-            )
-        if isinstance(starting, dict):
-            starting = offsets.clamp_to_available(starting, marks)
-        result.gaps = gaps
+    starting, result.gaps = _check_retention(spark, settings, options, source, starting, needed)
     if options.historical and isinstance(starting, dict):
-        _record_handoff_offsets(spark, settings, options.source, starting)
+        historical.record_handoff(spark, settings, options.source, starting)
 
     stream = _read_kafka(spark, settings, source, start, starting, options.allow_data_loss)
     rows = bronze.kafka_to_bronze(stream, options.source, kind, source.max_value_bytes)
@@ -132,6 +138,64 @@ def ingest(
     result.batches = len(progress)
     result.rows = sum(int(p["numInputRows"]) for p in progress)
     return result
+
+
+def _check(settings: Settings, options: IngestOptions, kind: str) -> SourceSettings:
+    source = settings.source(options.source)
+    if source.kind != kind:
+        job = "ingest_cdc" if source.kind == "cdc" else "ingest_events"
+        raise SettingsError(
+            f"--source {options.source!r} is a {source.kind} source; run it with {job}"
+        )
+    check_trigger(options.trigger)
+    if options.historical and (
+        options.start_from is None or options.start_from.mode not in ("offsets", "bronze")
+    ):
+        raise StartFromError(
+            "--historical needs --start-from offsets=JSON (the first live offsets after "
+            "the snapshot) or --start-from bronze"
+        )
+    return source
+
+
+def _ensure_table(spark: SparkSession, path: str, kind: str) -> None:
+    """Create the bronze table with its contract, or refuse one an older version created."""
+    schema = bronze.bronze_schema(kind)
+    created = tables.create_table(
+        spark, path, schema, bronze.bronze_properties(kind), bronze.PARTITION_COLUMNS
+    )
+    if not created:
+        tables.require_columns(spark, path, schema)
+
+
+def _check_retention(
+    spark: SparkSession,
+    settings: Settings,
+    options: IngestOptions,
+    source: SourceSettings,
+    starting: Offsets | str | None,
+    needed: Offsets,
+) -> tuple[Offsets | str | None, list[offsets.Gap]]:
+    """Stop when Kafka no longer holds an offset we need, unless the user allows the loss;
+    then record each gap and start at the earliest offset still there."""
+    # Only ask Kafka for watermarks when there is an offset we rely on it still holding.
+    marks = kafka.watermarks(settings.kafka, needed, source.kafka_options) if needed else {}
+    gaps = offsets.find_gaps(needed, marks)
+    if not gaps:
+        return starting, []
+    if not options.allow_data_loss:
+        raise DataLossError(gaps)
+    for gap in gaps:
+        log.warning("data loss accepted by --allow-data-loss: %s", gap.describe())
+        system.append_log(
+            spark,
+            settings,
+            system.INGEST_LOG,
+            {"event": "gap", "subject": options.source, **gap.__dict__},
+        )
+    if isinstance(starting, dict):
+        starting = offsets.clamp_to_available(starting, marks)
+    return starting, gaps
 
 
 def _starting_offsets(
@@ -202,90 +266,18 @@ def _write_bronze(
         .option("checkpointLocation", checkpoint)
         .queryName(f"ingest_{options.source}")
     )
-    if options.trigger == "continuous":
-        writer = writer.trigger(processingTime=source.trigger_interval)
-    else:
-        writer = writer.trigger(availableNow=True)
-    return writer.start(path)
+    return with_trigger(writer, options.trigger, source.trigger_interval).start(path)
 
 
-def load_historical(
-    spark: SparkSession,
-    settings: Settings,
-    options: IngestOptions,
-    source: SourceSettings,
-    path: str,
-) -> int:
-    """Load a Delta snapshot into bronze once (a re-run finds the handoff and skips it)."""
-    from delta.tables import DeltaTable
-
-    assert options.historical is not None
-    snapshot_path = _resolve_snapshot(settings, options.historical)
-    version = int(DeltaTable.forPath(spark, snapshot_path).history(1).collect()[0]["version"])
-    done = [
-        e
-        for e in tables.read_system_log(spark, settings, INGEST_LOG, options.source)
-        if e["event"] == "historical_loaded"
-    ]
-    if done:
-        previous = done[-1]
-        if (previous["snapshot"], previous["version"]) != (snapshot_path, version):
-            raise StartFromError(
-                f"bronze.{options.source} was already seeded from {previous['snapshot']} "
-                f"version {previous['version']}; refusing to load a second snapshot on top"
-            )
-        log.info("historical snapshot already loaded (version %s); skipping", version)
-        return 0
-    snapshot = spark.read.format("delta").option("versionAsOf", version).load(snapshot_path)
-    rows = bronze.historical_to_bronze(
-        snapshot, options.source, source.kind, version, source.max_value_bytes
-    )
-    # Idempotent: a crash after this commit but before the log entry replays as a no-op.
-    with runtime_conf(spark, bronze.PARQUET_CONF):
-        (
-            rows.write.format("delta")
-            .mode("append")
-            .option("txnAppId", f"lakehouse-historical-{options.source}")
-            .option("txnVersion", version)
-            .save(path)
-        )
-    count = snapshot.count()
-    tables.append_system_log(
-        spark,
-        settings,
-        INGEST_LOG,
-        {
-            "event": "historical_loaded",
-            "subject": options.source,
-            "snapshot": snapshot_path,
-            "version": version,
-            "rows": count,
-        },
-    )
-    return count
-
-
-def _record_handoff_offsets(
-    spark: SparkSession, settings: Settings, source: str, starting: Offsets
-) -> None:
-    tables.append_system_log(
-        spark,
-        settings,
-        INGEST_LOG,
-        {
-            "event": "live_started",
-            "subject": source,
-            "first_live_offsets": {
-                t: {str(p): o for p, o in ps.items()} for t, ps in starting.items()
-            },
-        },
-    )
-
-
-def _resolve_snapshot(settings: Settings, path_or_table: str) -> str:
-    if "/" in path_or_table or ":" in path_or_table:
-        return path_or_table
-    try:
-        return tables.table_path(settings, path_or_table)
-    except ValueError as exc:
-        raise StartFromError(f"--historical {path_or_table!r}: {exc}") from None
+def reset(spark: SparkSession, settings: Settings, table: str) -> int:
+    """`lakehouse reset bronze.X`: drop the table and the checkpoints of every source landing in
+    it, so the next ingest starts over. Refused while the table is protected (it always is,
+    until an operator lifts protection: its data may no longer exist in Kafka). Returns how
+    many checkpoints were removed."""
+    path = protection.existing(spark, settings, table)
+    protection.require_resettable(spark, path, f"reset of {table}")
+    feeding = [name for name in settings.sources if settings.bronze_table(name) == table]
+    for location in (path, *(tables.checkpoint_path(settings, CHECKPOINTS, n) for n in feeding)):
+        fs.delete(spark, location)
+    protection.record_reset(spark, settings, table)
+    return len(feeding)

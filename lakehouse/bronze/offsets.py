@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakehouse.core import fs
-from lakehouse.core.settings import KafkaSettings, SourceSettings
+from lakehouse.core.errors import DataLoss, UsageError
+from lakehouse.core.settings import KafkaSettings
+from lakehouse.core.specs import SourceSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -23,11 +25,11 @@ Offsets = dict[str, dict[int, int]]
 START_MODES = ("earliest", "latest", "bronze", "offsets=JSON", "timestamp=MS")
 
 
-class StartFromError(ValueError):
+class StartFromError(UsageError):
     """A --start-from value that cannot be used; the message says which form is expected."""
 
 
-class DataLossError(RuntimeError):
+class DataLossError(DataLoss):
     """Kafka no longer holds offsets the job needs (retention). Names every missing range."""
 
     def __init__(self, gaps: list[Gap]) -> None:

@@ -1,9 +1,9 @@
 """Bronze: the raw Kafka record, kept byte-for-byte, plus lineage and parse diagnostics.
 
 Pure DataFrame -> DataFrame functions and the table's contract (schema, properties). Nothing
-here reads or writes; `lakehouse.bronze.ingest` does the I/O. A record that does not parse is never an
-exception and never dropped: `value_error` says what is wrong with it (null when nothing is,
-the convention of Spark's `_corrupt_record` and Auto Loader's `_rescued_data`).
+here reads or writes; `lakehouse.bronze.ingest` does the I/O. A record that does not parse is
+never an exception and never dropped: `value_error` says what is wrong with it (null when
+nothing is, the convention of Spark's `_corrupt_record` and Auto Loader's `_rescued_data`).
 """
 
 from __future__ import annotations

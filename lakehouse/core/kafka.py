@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import KafkaSettings
 
 
-class KafkaError(RuntimeError):
+class KafkaError(LakehouseError):
     """A Kafka operation failed; the message names the topic and the broker."""
 
 

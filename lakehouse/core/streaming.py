@@ -1,4 +1,5 @@
-"""What every streaming job shares: waiting for a query, with a clean stop on SIGTERM."""
+"""What every streaming job shares: the trigger, and waiting for a query with a clean stop on
+SIGTERM."""
 
 from __future__ import annotations
 
@@ -6,13 +7,32 @@ import json
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.core.settings import SettingsError
+
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 log = logging.getLogger(__name__)
+
+TRIGGERS = ("available-now", "continuous")
+
+
+def check_trigger(trigger: str) -> None:
+    if trigger not in TRIGGERS:
+        raise SettingsError(f"--trigger {trigger!r}: use one of {', '.join(TRIGGERS)}")
+
+
+def with_trigger(writer: DataStreamWriter, trigger: str, interval: str) -> DataStreamWriter:
+    """`available-now`: everything there now, then stop; `continuous`: a micro-batch every
+    `interval` until stopped."""
+    if trigger == "continuous":
+        return writer.trigger(processingTime=interval)
+    return writer.trigger(availableNow=True)
 
 
 def await_query(query: StreamingQuery, trigger: str) -> None:
@@ -40,6 +60,30 @@ def await_query(query: StreamingQuery, trigger: str) -> None:
         error = query.exception()
         if error is not None:
             raise error
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def repeat(run: Callable[[], object], trigger: str, interval_s: float) -> None:
+    """For the batch jobs: `available-now` runs once; `continuous` runs again every
+    `interval_s` seconds until SIGTERM/SIGINT (a run in progress finishes first)."""
+    run()
+    if trigger != "continuous":
+        return
+    stop = threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %s: stopping after this run", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        while not stop.wait(interval_s):
+            run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -1,33 +1,32 @@
-"""Delta table I/O: where tables live, creating them with their contract, reset protection and
-the `_system` tables operators read (ingest handoffs, gaps, protection changes)."""
+"""Delta tables: where they live, creating them with their contract, their version and
+properties, and the one way every job commits idempotently (`append_once`, `transaction`).
+
+Idempotent commits: Delta records, per table, the highest `txnVersion` each `txnAppId` has
+committed, and skips a commit whose app id already reached its version. Every writer gives a
+commit an app id naming the job, the table and the run, and a version that only grows (the
+micro-batch id, a source table version), so a batch replayed after a crash commits nothing
+twice."""
 
 from __future__ import annotations
 
-import getpass
-import json
 import re
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from lakehouse.core import fs
+from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructField, StructType
 
 LAYERS = ("bronze", "silver", "gold", "offline", "_system")
 _NAME = re.compile(r"(?P<layer>bronze|silver|gold|offline|_system)\.(?P<table>[a-z][a-z0-9_]*)")
 
-RESET_ALLOWED = "pipelines.reset.allowed"
 
-
-class ProtectedTableError(RuntimeError):
-    """A destructive operation on a protected table was refused."""
-
-
-class OutdatedTableError(ValueError):
+class OutdatedTableError(UsageError):
     """An existing table lacks columns this version writes (it was created by an older one)."""
 
 
@@ -35,7 +34,7 @@ def table_path(settings: Settings, name: str) -> str:
     """`bronze.orders` -> `<root>/bronze/orders`."""
     match = _NAME.fullmatch(name)
     if match is None:
-        raise ValueError(
+        raise UsageError(
             f"table name {name!r}: use LAYER.TABLE with LAYER one of {', '.join(LAYERS)} "
             "and a lower_snake_case table, e.g. bronze.orders"
         )
@@ -113,123 +112,46 @@ def properties(spark: SparkSession, path: str) -> dict[str, str]:
     return dict(detail["properties"] or {})
 
 
-def require_resettable(spark: SparkSession, path: str, operation: str) -> None:
-    """Our own check before any destructive command: a protected table refuses loudly
-    (Spark Declarative Pipelines would silently skip it)."""
-    if not exists(spark, path):
-        return
-    props = properties(spark, path)
-    if (
-        props.get(RESET_ALLOWED, "true").lower() == "false"
-        or props.get("delta.appendOnly", "false").lower() == "true"
-    ):
-        raise ProtectedTableError(
-            f"{operation} refused: {path} is protected ({RESET_ALLOWED}=false, "
-            "delta.appendOnly=true) because its data may no longer exist in Kafka. "
-            "If you really mean it, lift protection first (recorded): "
-            "lakehouse unprotect TABLE --reason '...'"
-        )
-
-
-def system_log_path(settings: Settings, log: str) -> str:
-    return settings.storage.path("_system", log)
-
-
-def append_system_log(
-    spark: SparkSession, settings: Settings, log: str, record: Mapping[str, Any]
-) -> None:
-    """Append one event to `_system/<log>` (who, when, what as JSON): an audit trail that
-    notebooks and `lakehouse status` read."""
-    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
-
-    schema = StructType(
-        [
-            StructField("at", TimestampType()),
-            StructField("user", StringType()),
-            StructField("event", StringType()),
-            StructField("subject", StringType()),
-            StructField("details", StringType()),
-        ]
-    )
-    row = (
-        datetime.now(UTC).replace(tzinfo=None),
-        getpass.getuser(),
-        str(record["event"]),
-        str(record["subject"]),
-        json.dumps({k: v for k, v in record.items() if k not in ("event", "subject")}, default=str),
-    )
-    path = system_log_path(settings, log)
-    create_table(spark, path, schema, {"delta.appendOnly": "true"})
-    spark.createDataFrame([row], schema).write.format("delta").mode("append").save(path)
-
-
-def read_system_log(
-    spark: SparkSession, settings: Settings, log: str, subject: str
-) -> list[dict[str, Any]]:
-    path = system_log_path(settings, log)
-    if not exists(spark, path):
-        return []
-    from pyspark.sql import functions as F
-
-    rows = (
-        spark.read.format("delta")
-        .load(path)
-        .where(F.col("subject") == subject)
-        .orderBy("at")
-        .collect()
-    )
-    return [{"event": r["event"], "at": r["at"], **json.loads(r["details"])} for r in rows]
-
-
-PROTECTION_LOG = "protection_log"
-PROTECTED = {"delta.appendOnly": "true", RESET_ALLOWED: "false"}
-UNPROTECTED = {"delta.appendOnly": "false", RESET_ALLOWED: "true"}
-
-
-def _set_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> int:
-    from delta.tables import DeltaTable
-
+def set_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> int:
+    """Set table properties; returns the version of that commit."""
     assignments = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({assignments})")
+    return latest_version(spark, path)
+
+
+def latest_version(spark: SparkSession, path: str) -> int:
+    """The table's newest committed version (read from its log, not by scanning data)."""
+    from delta.tables import DeltaTable
+
     return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
 
 
-def unprotect(spark: SparkSession, settings: Settings, name: str, reason: str) -> int:
-    """Lift reset protection: an explicit, recorded operator action. Returns the table version."""
-    if not reason.strip():
-        raise ValueError("unprotect needs --reason: say why, it goes to _system/protection_log")
-    path = _existing(spark, settings, name)
-    version = _set_properties(spark, path, UNPROTECTED)
-    append_system_log(
-        spark,
-        settings,
-        PROTECTION_LOG,
-        {"event": "unprotect", "subject": name, "reason": reason, "version": version},
+TXN_APP, TXN_VERSION = (
+    "spark.databricks.delta.write.txnAppId",
+    "spark.databricks.delta.write.txnVersion",
+)
+
+
+def append_once(rows: DataFrame, path: str, app_id: str, version: int) -> None:
+    """Append `rows`, unless `app_id` already committed `version` (or later) to this table."""
+    (
+        rows.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", str(version))
+        .save(path)
     )
-    return version
 
 
-def protect(spark: SparkSession, settings: Settings, name: str) -> int:
-    path = _existing(spark, settings, name)
-    version = _set_properties(spark, path, PROTECTED)
-    append_system_log(
-        spark, settings, PROTECTION_LOG, {"event": "protect", "subject": name, "version": version}
-    )
-    return version
-
-
-def reset(spark: SparkSession, settings: Settings, name: str, checkpoints: Sequence[str]) -> None:
-    """Full refresh: drop the table's data and the checkpoints that feed it. Refused for a
-    protected table; allowed (and recorded) once an operator has lifted protection."""
-    path = _existing(spark, settings, name)
-    require_resettable(spark, path, f"reset of {name}")
-    for location in (path, *checkpoints):
-        fs.delete(spark, location)
-    append_system_log(spark, settings, PROTECTION_LOG, {"event": "reset", "subject": name})
-
-
-def _existing(spark: SparkSession, settings: Settings, name: str) -> str:
-    path = table_path(settings, name)
-    if not exists(spark, path):
-        raise ValueError(f"{name}: no Delta table at {path}")
-    return path
+@contextmanager
+def transaction(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
+    """Make the Delta DML inside (MERGE, UPDATE, DELETE, a replaceWhere overwrite) idempotent
+    the same way: Delta skips the commit when `app_id` already committed `version` or later on
+    that table. One commit per block: a second commit inside would be skipped."""
+    spark.conf.set(TXN_APP, app_id)
+    spark.conf.set(TXN_VERSION, str(version))
+    try:
+        yield
+    finally:
+        spark.conf.unset(TXN_APP)
+        spark.conf.unset(TXN_VERSION)

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.core import kafka
+from lakehouse.core import kafka, tables
+from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
-from lakehouse.devstack import pg, services
+from lakehouse.devstack import ServiceError, pg
+from lakehouse.devstack.debezium import register_postgres_connector
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -96,7 +98,6 @@ def _banner(text: str) -> None:
 
 def _orders_to_bronze(spark: SparkSession, settings: Settings, events: int) -> _BronzeStep:
     """Produce sample orders and four messages that exercise the rules, ingest into bronze."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from lakehouse.bronze.ingest import IngestOptions, bronze_path, ingest
@@ -117,7 +118,7 @@ def _orders_to_bronze(spark: SparkSession, settings: Settings, events: int) -> _
     kafka.produce(settings.kafka, DEMO_TOPIC, records)
 
     result = ingest(spark, settings, IngestOptions("orders"), "events")
-    path = bronze_path(settings, "orders", settings.source("orders"))
+    path = bronze_path(settings, "orders")
     table = spark.read.format("delta").load(path)
     # This run's rows: at or past the end offsets seen before producing, per partition.
     this_run = table.where(
@@ -139,7 +140,7 @@ def _orders_to_bronze(spark: SparkSession, settings: Settings, events: int) -> _
         "value_error",
         "ingest_date",
     ).show(len(records), truncate=60)
-    version = int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+    version = tables.latest_version(spark, path)
     step = _BronzeStep(path, first_id, this_run.count(), table.count(), version)
     print(
         f"rows this run: {step.rows_this_run} (ingest read {result.rows}), "
@@ -157,7 +158,7 @@ def _orders_to_silver(spark: SparkSession, settings: Settings, first_id: int) ->
     result = refine(spark, settings, RefineOptions("orders"))
     _banner(f"silver.orders: refine_silver --table orders ({result.path})")
     _print_refine(result)
-    silver = _live(spark.read.format("delta").load(result.path))
+    silver = current_rows(spark.read.format("delta").load(result.path))
     silver.where(F.col("order_id") >= first_id).orderBy("order_id").show(50, truncate=False)
     print("expectation metrics of this run (_system/expectation_metrics):")
     _this_run(spark, settings, "expectation_metrics", result).groupBy("rule", "action").agg(
@@ -175,8 +176,13 @@ def _customers_through_debezium(spark: SparkSession, settings: Settings) -> tupl
     from lakehouse.bronze.ingest import IngestOptions, ingest
     from lakehouse.silver.refine import RefineOptions, refine
 
-    services.register_postgres_connector(
-        CDC_CONNECTOR, CDC_PREFIX, ["public.customers"], schemas_enable=False, unwrap=False
+    register_postgres_connector(
+        settings,
+        CDC_CONNECTOR,
+        CDC_PREFIX,
+        ["public.customers"],
+        schemas_enable=False,
+        unwrap=False,
     )
     changed = _change_customers(settings)
     _wait_for_changes(settings, changed)
@@ -187,7 +193,7 @@ def _customers_through_debezium(spark: SparkSession, settings: Settings) -> tupl
     ]
     for result in results:
         _print_refine(result)
-    current = _live(spark.read.format("delta").load(results[0].path))
+    current = current_rows(spark.read.format("delta").load(results[0].path))
     current.orderBy("customer_id").show(50, truncate=False)
     postgres = _postgres_customers(settings)
     matches = sorted(r["customer_id"] for r in current.collect()) == sorted(postgres)
@@ -248,7 +254,7 @@ def _wait_for_changes(settings: Settings, changes: _Changes, timeout_s: float = 
         elif seen >= changes.records and time.monotonic() - stable_since > 3:
             return
         time.sleep(0.5)
-    raise services.ServiceError(
+    raise ServiceError(
         f"Debezium did not deliver the demo's changes to {CDC_TOPIC} within {timeout_s:.0f} s; "
         "see .lakehouse/logs/connect.log"
     )
@@ -273,23 +279,15 @@ def _print_refine(result: RefineResult) -> None:
     )
 
 
-def _live(table: DataFrame) -> DataFrame:
-    if "__deleted" in table.columns:
-        table = table.where("NOT __deleted")
-    if "__end_seq" in table.columns:
-        table = table.where("__end_seq IS NULL")
-    return table.drop(*[c for c in table.columns if c.startswith("__")])
-
-
 def _this_run(
     spark: SparkSession, settings: Settings, log_name: str, result: RefineResult
 ) -> DataFrame:
     """Rows of a system table written by the batches of this refine run."""
     from pyspark.sql import functions as F
 
-    from lakehouse.core import tables
+    from lakehouse.core import system
 
-    path = tables.system_log_path(settings, log_name)
+    path = system.path(settings, log_name)
     return (
         spark.read.format("delta")
         .load(path)

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.core.errors import ContractViolation, UsageError
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from lakehouse.core.settings import ExpectationSettings
+    from lakehouse.core.specs import ExpectationSettings
 
 ACTIONS = ("warn", "drop", "quarantine", "fail")
 FAILED = "_failed_expectations"  # array<string> of failed rule names, per row
@@ -34,11 +36,11 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
-class ExpectationError(ValueError):
+class ExpectationError(UsageError):
     """A declared expectation is malformed; the message names it and the fix."""
 
 
-class ExpectationFailed(RuntimeError):
+class ExpectationFailed(ContractViolation):
     """A `fail` expectation was violated: the batch must not be committed."""
 
     def __init__(self, rule: str, failed: int, sample: Sequence[Mapping[str, Any]]) -> None:

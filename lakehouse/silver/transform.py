@@ -12,17 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import reduce
 from typing import TYPE_CHECKING
 
 from lakehouse.bronze.transform import TOMBSTONE
+from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.quality.expectations import FAILED, MASK, Expectation, evaluate, mask_columns
+from lakehouse.silver.changes import DELETE, OP, SEQ, TRUNCATE, TS, UPSERT_OPS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-    from lakehouse.core.settings import SilverTableSettings
+    from lakehouse.core.specs import SilverTableSettings
 
 RESCUED = "_rescued_data"  # JSON of fields that did not fit the schema (unknown or mistyped)
 # Transient columns of a batch being refined (never written to silver).
@@ -35,10 +36,7 @@ TRANSIENT = (TOPIC, PARTITION, OFFSET, RAW_KEY, RAW_VALUE, VALUE_ERROR, ERROR, U
 
 # The built-in rule every table has: a record that did not parse goes to quarantine.
 PARSABLE = Expectation("parsable", f"{ERROR} IS NULL", "quarantine")
-TOAST_PLACEHOLDER = "__debezium_unavailable_value"  # Debezium: unchanged TOASTed value
-
-
-class SchemaDriftError(RuntimeError):
+class SchemaDriftError(ContractViolation):
     """Records carry fields the declared schema lacks and the table's policy is `fail`."""
 
 
@@ -131,7 +129,7 @@ def explode_arrays(df: DataFrame, columns: Sequence[str]) -> DataFrame:
 
     for name in columns:
         if name not in df.columns:
-            raise ValueError(f"explode: {name!r} is not a column of the schema")
+            raise UsageError(f"explode: {name!r} is not a column of the schema")
         others = [c for c in df.columns if c != name]
         df = df.select(*others, F.posexplode_outer(name).alias(f"{name}_pos", name))
     return df
@@ -173,9 +171,6 @@ def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedS
     return flatten(explode_arrays(records, table.explode), keep=TRANSIENT)
 
 
-# Debezium ops and how silver applies them.
-UPSERT_OPS = ("c", "u", "r")
-DELETE, TRUNCATE = "d", "t"
 
 
 def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSchema) -> DataFrame:
@@ -189,7 +184,7 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
     from pyspark.sql import functions as F
 
     value = F.col(RAW_VALUE).cast("string")
-    op = F.col("_op")
+    op = F.col(OP)
 
     def pick(path: str) -> Column:
         return F.coalesce(
@@ -208,14 +203,14 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
     )
     staged = bronze.where(~F.col("value_error").eqNullSafe(TOMBSTONE)).select(
         *_lineage(),
-        F.col("cdc_op").alias("_op"),
-        F.col("cdc_lsn").alias("_seq"),
-        F.timestamp_millis(F.col("cdc_source_ts_ms")).alias("_ts"),
+        F.col("cdc_op").alias(OP),
+        F.col("cdc_lsn").alias(SEQ),
+        F.timestamp_millis(F.col("cdc_source_ts_ms")).alias(TS),
     )
     error = (
         F.when(F.col(VALUE_ERROR).isNotNull(), F.col(VALUE_ERROR))
         .when(~op.isin(*UPSERT_OPS, DELETE, TRUNCATE), F.concat(F.lit("unsupported_op:"), op))
-        .when(F.col("_seq").isNull(), F.lit("no_source_position"))
+        .when(F.col(SEQ).isNull(), F.lit("no_source_position"))
         .when((op != TRUNCATE) & image.isNull(), F.lit("no_row_image"))
     )
     with_image = staged.withColumn("_lh_image", F.when(op != TRUNCATE, image))
@@ -226,74 +221,6 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
     )
     changes = changes.withColumn(CHECKED, F.col(ERROR).isNull() & op.isin(*UPSERT_OPS))
     return flatten(changes, keep=TRANSIENT)
-
-
-def toast_columns(changes: DataFrame, keys: Sequence[str]) -> list[str]:
-    """The row's string columns that are not keys: where Debezium may send its unchanged-TOAST
-    placeholder (PostgreSQL text, varchar and json(b) arrive as strings)."""
-    from pyspark.sql.types import StringType
-
-    return [
-        f.name
-        for f in changes.schema.fields
-        if isinstance(f.dataType, StringType)
-        and f.name not in (*TRANSIENT, *keys, RESCUED, "_op")
-        and not f.name.startswith("__")
-    ]
-
-
-def carries_toast_placeholder(columns: Sequence[str]) -> Column:
-    from pyspark.sql import functions as F
-
-    return reduce(
-        lambda a, b: a | b,
-        [F.col(f"`{c}`").eqNullSafe(F.lit(TOAST_PLACEHOLDER)) for c in columns],
-        F.lit(False),
-    )
-
-
-def resolve_unchanged_toast(
-    changes: DataFrame, current: DataFrame, keys: Sequence[str], columns: Sequence[str]
-) -> DataFrame:
-    """Replace Debezium's unchanged-TOAST placeholder in `columns` by the value the key had
-    just before the change: the latest earlier upsert of the batch (in `_seq` order) that
-    carried a real value, else the key's row in `current` (silver's live row). A placeholder
-    with nothing to resolve it from stays as it is (visible, never silently nulled)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    base_flag, keyed = "_lh_base", [F.col(f"`{k}`") for k in keys]
-    batch_keys = changes.select(*keyed).distinct()
-    base = (
-        current.join(batch_keys, list(keys), "left_semi")
-        .select(*keyed, *[F.col(f"`{c}`") for c in columns])
-        .withColumn(base_flag, F.lit(True))
-    )
-    both = changes.withColumn(base_flag, F.lit(False)).unionByName(base, allowMissingColumns=True)
-    earlier = (
-        Window.partitionBy(*keyed)
-        .orderBy(F.col(base_flag).desc(), F.col("_seq").asc_nulls_last())
-        .rowsBetween(Window.unboundedPreceding, -1)
-    )
-    is_value = F.col(base_flag) | F.col("_op").isin(*UPSERT_OPS)
-    resolved = []
-    for name in columns:
-        column = F.col(f"`{name}`")
-        placeholder = column.eqNullSafe(F.lit(TOAST_PLACEHOLDER))
-        known = F.last(
-            F.when(is_value & ~placeholder, F.struct(column.alias("v"))), ignorenulls=True
-        ).over(earlier)
-        resolved.append(
-            F.when(placeholder & known.isNotNull(), known.getField("v"))
-            .otherwise(column)
-            .alias(name)
-        )
-    others = [F.col(f"`{c}`") for c in changes.columns if c not in columns]
-    return (
-        both.select(*others, *resolved, F.col(base_flag))
-        .where(~F.col(base_flag))
-        .select(*[F.col(f"`{c}`") for c in changes.columns])
-    )
 
 
 def evaluate_rules(records: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
@@ -326,7 +253,7 @@ def event_upserts(records: DataFrame, sequence_by: str) -> DataFrame:
         seq = F.unix_micros(seq)
     elif isinstance(kind, DateType):
         seq = F.unix_date(seq)
-    return records.withColumn("_op", F.lit("u")).withColumn("_seq", seq.cast("long"))
+    return records.withColumn(OP, F.lit("u")).withColumn(SEQ, seq.cast("long"))
 
 
 def silver_columns(batch: DataFrame) -> list[str]:
@@ -345,7 +272,7 @@ def quarantine_rows(rejected: DataFrame, table: str, run_id: str, batch_id: int)
     (JSON, what a repair edits), the raw key/value and the bronze lineage."""
     from pyspark.sql import functions as F
 
-    record = [c for c in silver_columns(rejected) if c not in ("_op", "_seq", "_ts")]
+    record = [c for c in silver_columns(rejected) if c not in (OP, SEQ, TS)]
     return rejected.select(
         F.expr("uuid()").alias("id"),
         F.lit(table).alias("table"),
@@ -355,8 +282,8 @@ def quarantine_rows(rejected: DataFrame, table: str, run_id: str, batch_id: int)
         F.col(FAILED).alias("failed_rules"),
         F.col(ERROR).alias("parse_error"),
         F.to_json(F.struct(*[F.col(f"`{c}`") for c in record])).alias("record"),
-        (F.col("_op") if "_op" in rejected.columns else F.lit(None)).cast("string").alias("op"),
-        (F.col("_seq") if "_seq" in rejected.columns else F.lit(None)).cast("long").alias("seq"),
+        (F.col(OP) if OP in rejected.columns else F.lit(None)).cast("string").alias("op"),
+        (F.col(SEQ) if SEQ in rejected.columns else F.lit(None)).cast("long").alias("seq"),
         F.col(RAW_KEY).alias("raw_key"),
         F.col(RAW_VALUE).alias("raw_value"),
         F.col(TOPIC).alias("topic"),

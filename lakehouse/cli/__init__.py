@@ -1,0 +1,58 @@
+"""`lakehouse`: the operator's command line.
+
+    lakehouse setup                 resolve the JVM packages and service jars (idempotent)
+    lakehouse services start|stop|status [kafka|postgres|connect|all]
+    lakehouse demo                  start the services and run the demo pipeline
+    lakehouse spark-submit-args     the --packages/--conf a cluster spark-submit needs
+    lakehouse status                services, and per layer what the tables hold
+    lakehouse reset TABLE           full refresh (refused for protected tables such as bronze)
+    lakehouse unprotect TABLE --reason TEXT / lakehouse protect TABLE   (recorded)
+    lakehouse validate TABLE        Great Expectations over a table's current rows, Data Docs;
+                                    exit 1 if an expectation failed
+    lakehouse replay TABLE [--fix COLUMN=SQL ...] [--where SQL]
+                                    re-check quarantined rows (after a repair) and apply those
+                                    that now pass to silver
+
+`main()` only parses arguments; each command (in `lakehouse.cli.stack` for the local services,
+`lakehouse.cli.tables` for the tables) loads
+validated settings and calls the library. Errors print one line on stderr and exit with the
+code `lakehouse.core.errors` assigns, as the jobs do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from lakehouse.cli import stack, tables
+from lakehouse.cli.common import Command
+from lakehouse.core.errors import EXIT_OK
+from lakehouse.core.jobs import configure_logging, fail
+from lakehouse.core.settings import load_settings
+
+COMMANDS: dict[str, Command] = {**stack.COMMANDS, **tables.COMMANDS}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="local", help="config overlay conf/ENV and .env.ENV")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, command in COMMANDS.items():
+        command.arguments(sub.add_parser(name, help=command.help))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    configure_logging()
+    prog = f"lakehouse {args.command}"
+    try:
+        COMMANDS[args.command].run(load_settings(args.env), args)
+    except Exception as exc:
+        return fail(prog, exc)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""`lakehouse status`, `reset`, `protect`/`unprotect`, `validate`, `replay` and
+`spark-submit-args`: the commands about the tables, each a call into the library."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from lakehouse.cli.common import Command, with_session
+from lakehouse.core import protection
+from lakehouse.core.errors import UsageError
+from lakehouse.core.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def spark_submit_args(settings: Settings, _args: argparse.Namespace) -> None:
+    from lakehouse.core.spark import session_conf
+
+    conf = session_conf(settings)
+    parts = ["--packages", conf.pop("spark.jars.packages")]
+    for key in ("spark.app.name", "spark.master", "spark.driver.host", "spark.driver.bindAddress"):
+        conf.pop(key, None)
+    for key, value in sorted(conf.items()):
+        parts += ["--conf", f"{key}={value}"]
+    print(shlex.join(parts))
+
+
+def status(settings: Settings, _args: argparse.Namespace) -> None:
+    from lakehouse.status import bronze_summary, silver_summary
+
+    _print_services(settings)
+
+    def body(spark: SparkSession) -> None:
+        print("\nbronze (per source):")
+        bronze_summary(spark, settings).show(truncate=False)
+        print("silver (per table; expectations of the last batch):")
+        silver_summary(spark, settings).show(truncate=False)
+
+    with_session(settings, "lakehouse-status", body)
+
+
+def _print_services(settings: Settings) -> None:
+    """The local services' state, when this machine runs the dev stack (a cluster or a
+    production host has none; status then shows only the tables)."""
+    try:
+        from lakehouse.cli.stack import print_status
+    except ImportError:  # pragma: no cover - a deployment without the dev stack
+        return
+    print_status(settings)
+
+
+def _table_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("table", help="LAYER.TABLE, e.g. silver.orders")
+
+
+def reset(settings: Settings, args: argparse.Namespace) -> None:
+    """A full refresh, done by the layer that owns the table (the same as its job's
+    --full-refresh); protected tables refuse it."""
+    layer, _, name = args.table.partition(".")
+
+    def body(spark: SparkSession) -> None:
+        if layer == "bronze":
+            from lakehouse.bronze.ingest import reset as reset_bronze
+
+            removed = reset_bronze(spark, settings, args.table)
+            print(f"{args.table}: reset (data and {removed} checkpoint(s) removed)")
+        elif layer == "silver":
+            from lakehouse.silver.refine import full_refresh
+
+            full_refresh(spark, settings, name)
+            print(
+                f"{args.table}: reset (data, checkpoint and quarantined rows removed; the next "
+                f"refine_silver --table {name} rebuilds it from bronze)"
+            )
+        else:
+            raise UsageError(
+                f"lakehouse reset {args.table}: use bronze.TABLE or silver.TABLE"
+            )
+
+    with_session(settings, "lakehouse-reset", body)
+
+
+def _unprotect_arguments(parser: argparse.ArgumentParser) -> None:
+    _table_argument(parser)
+    parser.add_argument("--reason", required=True, help="why; kept in _system/protection_log")
+
+
+def unprotect(settings: Settings, args: argparse.Namespace) -> None:
+    def body(spark: SparkSession) -> None:
+        version = protection.unprotect(spark, settings, args.table, args.reason)
+        print(f"{args.table}: protection lifted at version {version} (recorded)")
+
+    with_session(settings, "lakehouse-unprotect", body)
+
+
+def protect(settings: Settings, args: argparse.Namespace) -> None:
+    def body(spark: SparkSession) -> None:
+        version = protection.protect(spark, settings, args.table)
+        print(f"{args.table}: protected again at version {version} (recorded)")
+
+    with_session(settings, "lakehouse-protect", body)
+
+
+def _declared_table_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("table", help="silver.TABLE (or just TABLE), declared in tables.yml")
+
+
+def validate(settings: Settings, args: argparse.Namespace) -> None:
+    from lakehouse.quality.report import ValidationFailed, format_report
+    from lakehouse.quality.suite import build_expectations, resolve_table
+    from lakehouse.quality.validate import validate as run_validation
+
+    # GX logs hundreds of INFO lines about its own internals; the report is what matters.
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    # An unknown table or a malformed declaration is reported before a JVM starts.
+    build_expectations(resolve_table(settings, args.table))
+
+    def body(spark: SparkSession) -> None:
+        report = run_validation(spark, settings, args.table)
+        print(format_report(report))
+        if not report.success:
+            raise ValidationFailed(report)
+
+    with_session(settings, "lakehouse-validate", body)
+
+
+def _replay_arguments(parser: argparse.ArgumentParser) -> None:
+    _declared_table_argument(parser)
+    parser.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        metavar="COLUMN=SQL",
+        help="repair: set COLUMN to a SQL expression over the record, e.g. amount=abs(amount); "
+        "repeatable",
+    )
+    parser.add_argument(
+        "--where", help="only quarantined rows matching this SQL condition, e.g. 'offset = 42'"
+    )
+
+
+def _fixes(pairs: Sequence[str]) -> list[tuple[str, str]]:
+    fixes = []
+    for pair in pairs:
+        column, sep, expression = pair.partition("=")
+        if not sep or not column.strip() or not expression.strip():
+            raise SettingsError(f"--fix {pair!r}: use COLUMN=SQL, e.g. --fix amount=abs(amount)")
+        fixes.append((column.strip(), expression.strip()))
+    return fixes
+
+
+def replay(settings: Settings, args: argparse.Namespace) -> None:
+    from lakehouse.silver.replay import replay_quarantine
+
+    name = args.table.removeprefix("silver.")
+    settings.silver_table(name)  # an unknown table fails before a JVM starts
+    fixes = _fixes(args.fix)
+
+    def body(spark: SparkSession) -> None:
+        result = replay_quarantine(spark, settings, name, fixes, args.where)
+        print(
+            f"silver.{name}: {result.considered} quarantined row(s) re-checked: "
+            f"{result.replayed} applied to silver, {result.dropped} dropped by a drop rule, "
+            f"{result.still_quarantined} still quarantined (recorded in _system/refine_log)"
+        )
+
+    with_session(settings, "lakehouse-replay", body)
+
+
+COMMANDS = {
+    "spark-submit-args": Command(
+        "print the spark-submit options for a cluster", spark_submit_args
+    ),
+    "status": Command("services, and per layer what the tables hold", status),
+    "reset": Command(
+        "full refresh of a table, as its job's --full-refresh (refused if protected)",
+        reset,
+        _table_argument,
+    ),
+    "unprotect": Command("lift reset protection (recorded)", unprotect, _unprotect_arguments),
+    "protect": Command("restore reset protection (recorded)", protect, _table_argument),
+    "validate": Command(
+        "Great Expectations over a table's current rows; renders Data Docs; exit 1 if an "
+        "expectation failed",
+        validate,
+        _declared_table_argument,
+    ),
+    "replay": Command(
+        "re-check quarantined rows of a silver table, optionally repaired, and apply those "
+        "that now pass",
+        replay,
+        _replay_arguments,
+    ),
+}

@@ -1,0 +1,74 @@
+"""The one map from what went wrong to an exit code, for the jobs and the `lakehouse` CLI alike.
+
+Every anticipated failure is a `LakehouseError` whose class says its exit code; its message is
+one line naming the problem and the fix. Layers subclass the categories below where they raise
+(`bronze.offsets.DataLossError`, `quality.expectations.ExpectationFailed`, ...), so a new error
+gets the right exit code by choosing its parent, not by editing a table of exceptions.
+
+| code | meaning                                                                   |
+|------|---------------------------------------------------------------------------|
+| 0    | success                                                                   |
+| 1    | the job failed (a Spark error, logged above) or a check it ran failed     |
+| 2    | a bad flag or config: nothing ran                                         |
+| 3    | Kafka no longer holds offsets the job needs: nothing written              |
+| 4    | a destructive operation on a protected table was refused                  |
+| 5    | the data broke a table's contract (a `fail` expectation, schema drift)    |
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_DATA_LOSS = 3
+EXIT_PROTECTED = 4
+EXIT_CONTRACT = 5
+
+
+class LakehouseError(Exception):
+    """An anticipated failure: one line for the user, no traceback."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(LakehouseError, ValueError):
+    """A bad flag, config or declaration; nothing ran."""
+
+    exit_code = EXIT_USAGE
+
+
+class DataLoss(LakehouseError):
+    """Data the job needs no longer exists at its source."""
+
+    exit_code = EXIT_DATA_LOSS
+
+
+class Refused(LakehouseError):
+    """A destructive operation on a protected table was refused."""
+
+    exit_code = EXIT_PROTECTED
+
+
+class ContractViolation(LakehouseError):
+    """The data broke a table's declared contract; nothing of the batch was committed."""
+
+    exit_code = EXIT_CONTRACT
+
+
+class CheckFailed(LakehouseError):
+    """A check the user asked for ran and failed (e.g. `lakehouse validate`)."""
+
+    exit_code = EXIT_FAILED
+
+
+def verdict(exc: BaseException) -> tuple[str, int, bool]:
+    """(the one line to print, the exit code, whether to log the traceback) for `exc`.
+
+    Anything unexpected exits 1 with its first line, its traceback logged above; a stray
+    `ValueError` from a library underneath (a malformed argument it was handed) exits 2."""
+    if isinstance(exc, LakehouseError):
+        return str(exc), exc.exit_code, False
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    code = EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+    return f"{type(exc).__name__}: {first}", code, True

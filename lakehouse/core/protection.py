@@ -1,0 +1,83 @@
+"""Reset protection: a protected table (bronze, whose data Kafka may no longer hold) refuses
+every destructive operation loudly (Spark Declarative Pipelines would silently skip it), and
+lifting protection is an explicit operator action recorded in `_system/protection_log`.
+
+Each layer owns what a reset of its tables means (bronze: `lakehouse.bronze.ingest.reset`,
+silver: `lakehouse.silver.refine.full_refresh`); they all check `require_resettable` first.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakehouse.core import system, tables
+from lakehouse.core.errors import Refused, UsageError
+from lakehouse.core.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+RESET_ALLOWED = "pipelines.reset.allowed"
+PROTECTED = {"delta.appendOnly": "true", RESET_ALLOWED: "false"}
+UNPROTECTED = {"delta.appendOnly": "false", RESET_ALLOWED: "true"}
+
+
+class ProtectedTableError(Refused):
+    """A destructive operation on a protected table was refused."""
+
+
+def is_protected(properties: dict[str, str]) -> bool:
+    return (
+        properties.get(RESET_ALLOWED, "true").lower() == "false"
+        or properties.get("delta.appendOnly", "false").lower() == "true"
+    )
+
+
+def require_resettable(spark: SparkSession, path: str, operation: str) -> None:
+    """Our own check before any destructive command."""
+    if tables.exists(spark, path) and is_protected(tables.properties(spark, path)):
+        raise ProtectedTableError(
+            f"{operation} refused: {path} is protected ({RESET_ALLOWED}=false, "
+            "delta.appendOnly=true) because its data may no longer exist in Kafka. "
+            "If you really mean it, lift protection first (recorded): "
+            "lakehouse unprotect TABLE --reason '...'"
+        )
+
+
+def unprotect(spark: SparkSession, settings: Settings, name: str, reason: str) -> int:
+    """Lift reset protection: an explicit, recorded operator action. Returns the table version."""
+    if not reason.strip():
+        raise UsageError("unprotect needs --reason: say why, it goes to _system/protection_log")
+    path = existing(spark, settings, name)
+    version = tables.set_properties(spark, path, UNPROTECTED)
+    system.append_log(
+        spark,
+        settings,
+        system.PROTECTION_LOG,
+        {"event": "unprotect", "subject": name, "reason": reason, "version": version},
+    )
+    return version
+
+
+def protect(spark: SparkSession, settings: Settings, name: str) -> int:
+    path = existing(spark, settings, name)
+    version = tables.set_properties(spark, path, PROTECTED)
+    system.append_log(
+        spark,
+        settings,
+        system.PROTECTION_LOG,
+        {"event": "protect", "subject": name, "version": version},
+    )
+    return version
+
+
+def record_reset(spark: SparkSession, settings: Settings, name: str) -> None:
+    system.append_log(spark, settings, system.PROTECTION_LOG, {"event": "reset", "subject": name})
+
+
+def existing(spark: SparkSession, settings: Settings, name: str) -> str:
+    """The path of the existing table `name` (LAYER.TABLE), else a usage error."""
+    path = tables.table_path(settings, name)
+    if not tables.exists(spark, path):
+        raise UsageError(f"{name}: no Delta table at {path}")
+    return path

@@ -1,0 +1,258 @@
+"""Debezium 3.7.0.Final PostgreSQL connectors on the local Kafka Connect worker.
+
+`register_postgres_connector` creates or updates one through the REST API (idempotent) and waits
+until it and its task run; topics are `<topic_prefix>.<schema>.<table>`. Every connector has a
+replication slot of its own (`default_slot_name`) and a publication named after it.
+`delete_connector` also drops both, and forgets the connector's source offsets, so repeated test
+runs leak none. Offsets left behind anyway (a crashed test, a worker restart) are reset whenever
+the replication slot they refer to is gone.
+
+The database password never reaches the REST API: the config says `${env:POSTGRES_PASSWORD}`,
+which the worker resolves itself (see `connect`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lakehouse.core.settings import Settings
+from lakehouse.devstack import ServiceError
+from lakehouse.devstack.connect import (
+    JSON_CONVERTER,
+    PASSWORD_ENV,
+    SEE_LOG,
+    check_name,
+    connector_url,
+    error_message,
+    http,
+    rest_url,
+    wait_connector_running,
+)
+from lakehouse.devstack.pg import psql
+
+DEBEZIUM_VERSION = "3.7.0.Final"
+DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+DEBEZIUM_UNWRAP_SMT = "io.debezium.transforms.ExtractNewRecordState"
+
+_SLOT_RE = re.compile(r"[a-z0-9_]{1,63}")
+_PUBLICATION_RE = re.compile(r"[A-Za-z0-9_]{1,63}")
+
+
+def default_slot_name(connector: str) -> str:
+    """The replication slot a connector gets unless told otherwise: unique per connector."""
+    return ("dbz_" + re.sub(r"[^a-z0-9_]", "_", connector.lower()))[:63]
+
+
+def _publication_name(slot: str) -> str:
+    return f"{slot[:59]}_pub"
+
+
+def _check_slot(slot: str) -> str:
+    if not _SLOT_RE.fullmatch(slot):
+        raise ServiceError(f"slot name {slot!r}: use 1-63 of a-z, 0-9 and '_'")
+    return slot
+
+
+def postgres_connector_config(
+    settings: Settings,
+    topic_prefix: str,
+    tables: Sequence[str],
+    *,
+    schemas_enable: bool,
+    unwrap: bool,
+    slot_name: str,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The Debezium PostgreSQL connector config for `settings.postgres` (the password is a
+    `${env:...}` reference that the worker resolves)."""
+    pg = settings.postgres
+    schemas = "true" if schemas_enable else "false"
+    config = {
+        "connector.class": DEBEZIUM_POSTGRES_CONNECTOR,
+        "tasks.max": "1",
+        "plugin.name": "pgoutput",
+        "database.hostname": pg.host,
+        "database.port": str(pg.port),
+        "database.user": pg.user,
+        "database.password": f"${{env:{PASSWORD_ENV}}}",
+        "database.dbname": pg.database,
+        "topic.prefix": topic_prefix,
+        "table.include.list": ",".join(tables),
+        "slot.name": slot_name,
+        "publication.name": _publication_name(slot_name),
+        "publication.autocreate.mode": "filtered",
+        "tombstones.on.delete": "true",
+        "key.converter": JSON_CONVERTER,
+        "key.converter.schemas.enable": schemas,
+        "value.converter": JSON_CONVERTER,
+        "value.converter.schemas.enable": schemas,
+    }
+    if unwrap:
+        config.update(
+            {
+                "transforms": "unwrap",
+                "transforms.unwrap.type": DEBEZIUM_UNWRAP_SMT,
+                "transforms.unwrap.add.fields": "op,lsn,source.ts_ms",
+                "transforms.unwrap.delete.tombstone.handling.mode": "rewrite-with-tombstone",
+            }
+        )
+    config.update(extra or {})
+    return config
+
+
+# --------------------------------------------------------------------------------------------
+# Register
+
+
+def register_postgres_connector(
+    settings: Settings,
+    name: str,
+    topic_prefix: str,
+    tables: list[str],
+    *,
+    schemas_enable: bool,
+    unwrap: bool,
+    slot_name: str | None = None,
+    extra: dict[str, str] | None = None,
+    timeout: float = 120.0,
+) -> None:
+    """Create or update (PUT, idempotent) a Debezium PostgreSQL connector and wait until it and
+    its task run. Topics are `<topic_prefix>.<schema>.<table>`; `tables` are `schema.table`.
+    """
+    slot = _check_slot(slot_name or default_slot_name(check_name(name)))
+    if not tables:
+        raise ServiceError(f"connector {name!r}: give at least one table (schema.table)")
+    config = postgres_connector_config(
+        settings,
+        topic_prefix,
+        tables,
+        schemas_enable=schemas_enable,
+        unwrap=unwrap,
+        slot_name=slot,
+        extra=extra,
+    )
+    base = connector_url(settings, name)
+    exists, _ = http("GET", base)
+    created = (
+        exists == 404
+        and not _slot_exists(settings, config["slot.name"])
+        and _create_afresh(settings, name, config)
+    )
+    if not created:
+        _expect(http("PUT", f"{base}/config", config, timeout=60.0), (200, 201), name, "config")
+    wait_connector_running(settings, name, timeout)
+
+
+def _create_afresh(settings: Settings, name: str, config: dict[str, str]) -> bool:
+    """Create the connector stopped, forget its offsets, then let it run; False when someone
+    else created it meanwhile (HTTP 409).
+
+    A new slot starts at the current WAL position, so source offsets left in the standalone
+    offsets file by an earlier connector of this name (a crashed test, a worker restart:
+    REST-created connectors do not survive it) would point at WAL that the slot never had and
+    the task would fail. Without them it snapshots and streams afresh.
+    """
+    status, body = http(
+        "POST",
+        f"{rest_url(settings)}/connectors",
+        {"name": name, "config": config, "initial_state": "STOPPED"},
+        timeout=60.0,
+    )
+    if status == 409:
+        return False
+    _expect((status, body), (200, 201), name, "create")
+    base = connector_url(settings, name)
+    _expect(http("DELETE", f"{base}/offsets", timeout=60.0), (200,), name, "offsets")
+    _expect(http("PUT", f"{base}/resume"), (200, 202, 204), name, "resume")
+    return True
+
+
+def _expect(response: tuple[int, Any], ok: Sequence[int], name: str, step: str) -> None:
+    status, body = response
+    if status not in ok:
+        raise ServiceError(
+            f"Kafka Connect rejected connector {name!r} ({step}, HTTP {status}): "
+            f"{error_message(body)}"
+        )
+
+
+def _slot_exists(settings: Settings, slot: str) -> bool:
+    out = psql(
+        settings,
+        f"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{_check_slot(slot)}';",
+    )
+    return out.strip() not in ("", "0")
+
+
+# --------------------------------------------------------------------------------------------
+# Delete
+
+
+def delete_connector(
+    settings: Settings,
+    name: str,
+    *,
+    drop_slot: bool = True,
+    slot_name: str | None = None,
+    timeout: float = 60.0,
+) -> None:
+    """Delete connector `name` (no-op if absent), forget its source offsets, and drop its
+    replication slot and publication in PostgreSQL so repeated runs leak nothing."""
+    base = connector_url(settings, name)
+    status, config = http("GET", f"{base}/config")
+    slot = slot_name or default_slot_name(name)
+    publication = _publication_name(slot)
+    if status == 200 and isinstance(config, dict):
+        slot = slot_name or str(config.get("slot.name", slot))
+        publication = str(config.get("publication.name", _publication_name(slot)))
+        _stop_and_delete(base, name, timeout)
+    elif status != 404:
+        raise ServiceError(f"GET {base}/config answered HTTP {status}")
+    if drop_slot:
+        _drop_slot(settings, slot, publication, timeout)
+
+
+def _stop_and_delete(base: str, name: str, timeout: float) -> None:
+    """Stop first so the offsets can be reset: a connector of the same name registered later
+    then starts afresh (its slot is dropped too) instead of resuming at a dead LSN."""
+    http("PUT", f"{base}/stop")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, body = http("GET", f"{base}/status")
+        if code != 200 or (
+            isinstance(body, dict) and body.get("connector", {}).get("state") == "STOPPED"
+        ):
+            break
+        time.sleep(0.3)
+    http("DELETE", f"{base}/offsets", timeout=60.0)
+    code, body = http("DELETE", base, timeout=60.0)
+    if code not in (200, 204, 404):
+        raise ServiceError(
+            f"deleting connector {name!r} failed (HTTP {code}): {error_message(body)}"
+        )
+
+
+def _drop_slot(settings: Settings, slot: str, publication: str, timeout: float) -> None:
+    if not _SLOT_RE.fullmatch(slot) or not _PUBLICATION_RE.fullmatch(publication):
+        raise ServiceError(f"refusing to drop odd slot/publication names {slot!r}/{publication!r}")
+    psql(settings, f'DROP PUBLICATION IF EXISTS "{publication}";')
+    deadline = time.monotonic() + timeout
+    while True:
+        # The walsender may need a moment to let go of the slot after the task stopped.
+        left = psql(
+            settings,
+            f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            f"WHERE slot_name = '{slot}' AND NOT active;\n"
+            f"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}';",
+        ).split()
+        if left and left[-1] == "0":
+            return
+        if time.monotonic() > deadline:
+            raise ServiceError(
+                f"replication slot {slot!r} is still in use {timeout:.0f}s after deleting its "
+                f"connector; {SEE_LOG}"
+            )
+        time.sleep(0.5)

@@ -1,0 +1,77 @@
+"""Expectation metrics (`_system/expectation_metrics`): per table, batch and rule, how many
+rows passed and failed, plus what the batch wrote, dropped and quarantined. Notebooks and
+`lakehouse status` read them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """A batch's figures: its rows, what it wrote, dropped and quarantined, and per rule
+    (passed, failed)."""
+
+    rows: int
+    written: int
+    dropped: int
+    quarantined: int
+    per_rule: dict[str, tuple[int, int]]
+
+
+def metrics_schema() -> StructType:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    return StructType(
+        [
+            StructField("table", StringType()),
+            StructField("run_id", StringType()),
+            StructField("batch_id", LongType()),
+            StructField("at", TimestampType()),
+            StructField("rule", StringType()),
+            StructField("action", StringType()),
+            StructField("passed", LongType()),
+            StructField("failed", LongType()),
+            StructField("batch_rows", LongType()),
+            StructField("batch_written", LongType()),
+            StructField("batch_dropped", LongType()),
+            StructField("batch_quarantined", LongType()),
+        ]
+    )
+
+
+def metrics_rows(
+    spark: SparkSession,
+    table: str,
+    run_id: str,
+    batch_id: int,
+    actions: Mapping[str, str],
+    counts: BatchCounts,
+) -> DataFrame:
+    """One row per rule of the batch; `actions` maps each rule to its action."""
+    from pyspark.sql import functions as F
+
+    rows = [
+        (
+            table,
+            run_id,
+            batch_id,
+            None,
+            rule,
+            actions[rule],
+            passed,
+            failed,
+            counts.rows,
+            counts.written,
+            counts.dropped,
+            counts.quarantined,
+        )
+        for rule, (passed, failed) in counts.per_rule.items()
+    ]
+    return spark.createDataFrame(rows, metrics_schema()).withColumn("at", F.current_timestamp())

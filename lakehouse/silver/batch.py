@@ -1,0 +1,224 @@
+"""One refine micro-batch, idempotent: parse, check every rule in one pass, then commit the
+silver write, the quarantined rows and the metrics, each with the batch's Delta transaction
+(`txnAppId` = job, table and run; `txnVersion` = batch id), so a batch replayed after a crash
+commits nothing twice. A `fail` rule or a `fail` drift policy stops before any commit."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.core import current, tables
+from lakehouse.quality.expectations import (
+    REMOVING,
+    Expectation,
+    check_fail_rules,
+    fails,
+    fails_any,
+    kept,
+    quarantined,
+)
+from lakehouse.quality.metrics import BatchCounts, metrics_rows
+from lakehouse.silver import scd1, scd2, toast
+from lakehouse.silver import transform as silver
+from lakehouse.silver.changes import ARRIVAL, OP, SEQ, TRUNCATE, TS
+from lakehouse.silver.plan import EVOLVED, Plan, row_columns, transform
+from lakehouse.silver.transform import SchemaDriftError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, Row, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchStats(BatchCounts):
+    """A batch's counts, plus the unknown fields it carried and its truncates (CDC)."""
+
+    unknown_fields: frozenset[str]
+    truncates: tuple[tuple[int, Any], ...]
+
+
+def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
+    """Refine one micro-batch of bronze's change feed into silver; returns its figures."""
+    spark = batch.sparkSession
+    records = transform(batch, plan.table, plan.kind, plan.schema)
+    if plan.kind == "cdc":
+        records = _resolve_toast(spark, plan, records)
+    evaluated = silver.evaluate_rules(records, plan.expectations).persist()
+    try:
+        stats = batch_stats(evaluated, plan.expectations)
+        if stats.unknown_fields and _drift(spark, plan, evaluated, stats, batch_id):
+            evaluated.unpersist()
+            return refine_batch(batch, batch_id, plan)  # parsed again with the new columns
+        check_fail_rules(evaluated.drop(*silver.TRANSIENT), plan.expectations, stats.per_rule)
+        kept_rows = kept(evaluated, plan.expectations)
+        write_silver(spark, plan, kept_rows, stats.written, batch_id, stats.truncates)
+        if stats.quarantined:
+            rejected = silver.quarantine_rows(
+                quarantined(evaluated, plan.expectations), plan.name, plan.run_id, batch_id
+            )
+            tables.append_once(rejected, plan.quarantine_path, plan.app_id, batch_id)
+        actions = {e.name: e.action for e in plan.expectations}
+        metrics = metrics_rows(spark, plan.name, plan.run_id, batch_id, actions, stats)
+        tables.append_once(metrics, plan.metrics_path, plan.app_id, batch_id)
+    finally:
+        evaluated.unpersist()
+    log.info(
+        "silver.%s batch %d: %d in, %d written, %d dropped, %d quarantined; failed %s",
+        plan.name,
+        batch_id,
+        stats.rows,
+        stats.written,
+        stats.dropped,
+        stats.quarantined,
+        {r: f for r, (_p, f) in stats.per_rule.items() if f},
+    )
+    return stats
+
+
+def _drift(
+    spark: SparkSession, plan: Plan, evaluated: DataFrame, stats: BatchStats, batch_id: int
+) -> bool:
+    """Apply the table's schema-drift policy to fields the schema lacks: True when the schema
+    evolved (the batch must be parsed again), False to go on (rescue)."""
+    if plan.table.schema_drift == "fail":
+        raise SchemaDriftError(
+            f"silver.{plan.name}: records carry field(s) {sorted(stats.unknown_fields)} "
+            "that the declared schema lacks (schema_drift: fail); nothing of batch "
+            f"{batch_id} was written. Add them to silver.{plan.name}.schema in "
+            "conf/base/tables.yml, or set schema_drift: evolve or rescue"
+        )
+    if plan.table.schema_drift == "evolve":
+        _evolve(spark, plan, evaluated, stats.unknown_fields)
+        return True
+    return False
+
+
+def _resolve_toast(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:
+    """Unchanged-TOAST placeholders take the key's previous value (see
+    `silver.toast.resolve_unchanged_toast`). Checked first, so a batch without placeholders (the
+    usual case) costs one cheap scan and no read of silver."""
+    columns = toast.toast_columns(records, plan.table.keys)
+    if not columns or not records.where(toast.carries_toast_placeholder(columns)).take(1):
+        return records
+    target = spark.read.format("delta").load(plan.path)
+    live = current.live_rows(target)
+    return toast.resolve_unchanged_toast(records, live, plan.table.keys, columns)
+
+
+def batch_stats(evaluated: DataFrame, expectations: Sequence[Expectation]) -> BatchStats:
+    """Every figure a batch needs, from one aggregation: rows, per-rule failures, what is
+    written/dropped/quarantined, unknown field names and truncate positions."""
+    from pyspark.sql import functions as F
+
+    def count_if(condition: Column) -> Column:
+        return F.sum(condition.cast("long"))
+
+    quarantine = fails_any(expectations, ("quarantine",))
+    removed = fails_any(expectations, REMOVING)
+    aggregates = [
+        F.count(F.lit(1)).alias("_rows"),
+        count_if(~removed).alias("_written"),
+        count_if(quarantine).alias("_quarantined"),
+        count_if(removed & ~quarantine).alias("_dropped"),
+        F.array_distinct(F.flatten(F.collect_set(silver.UNKNOWN))).alias("_unknown"),
+        *[count_if(fails(expectations, e.name)).alias(e.name) for e in expectations],
+    ]
+    is_cdc = OP in evaluated.columns
+    if is_cdc:
+        truncate = F.when(F.col(OP) == TRUNCATE, F.struct(SEQ, TS))
+        aggregates.append(F.collect_list(truncate).alias("_truncates"))
+    row: Row = evaluated.agg(*aggregates).collect()[0]
+    rows = int(row["_rows"])
+    per_rule = {e.name: (rows - int(row[e.name] or 0), int(row[e.name] or 0)) for e in expectations}
+    truncates = tuple((int(t[0]), t[1]) for t in row["_truncates"]) if is_cdc else ()
+    return BatchStats(
+        rows,
+        int(row["_written"] or 0),
+        int(row["_dropped"] or 0),
+        int(row["_quarantined"] or 0),
+        per_rule,
+        frozenset(row["_unknown"] or ()),
+        truncates,
+    )
+
+
+def write_silver(
+    spark: SparkSession,
+    plan: Plan,
+    rows: DataFrame,
+    count: int,
+    batch_id: int,
+    truncates: Sequence[tuple[int, Any]],
+) -> None:
+    """`count`: how many rows `rows` holds (from the batch's one aggregation), so the MERGE
+    need not count them again to decide on broadcasting."""
+    from pyspark.sql import functions as F
+
+    columns = row_columns(rows)
+    mode, keys = plan.table.mode, list(plan.table.keys)
+    if mode == "append":
+        tables.append_once(
+            rows.select(*[f"`{c}`" for c in columns]), plan.path, plan.app_id, batch_id
+        )
+        return
+    # Bronze lineage orders changes of a key at the same position: the first arrival wins.
+    # Not for SCD2: its batch is unioned with changes rebuilt from the target, which have no
+    # lineage, and a CDC position repeats only in a replay of the same change.
+    arrival = F.struct(silver.TOPIC, silver.PARTITION, silver.OFFSET).alias(ARRIVAL)
+    if mode == "upsert":
+        changes = silver.event_upserts(rows, plan.table.sequence_by).select(
+            *[f"`{c}`" for c in columns], OP, SEQ, arrival
+        )
+        with tables.transaction(spark, plan.app_id, batch_id):
+            scd1.apply_scd1(spark, plan.path, changes, keys, rows=count)
+        return
+    changes = rows.where(f"{OP} <> '{TRUNCATE}'").select(
+        *[f"`{c}`" for c in columns], OP, SEQ, TS, *([arrival] if mode == "scd1" else [])
+    )
+    # Each commit of the batch has its own app id: Delta skips a commit whose app id already
+    # reached this batch, so a crash between the two redoes only the second.
+    with tables.transaction(spark, plan.app_id, batch_id):
+        if mode == "scd1":
+            scd1.apply_scd1(spark, plan.path, changes, keys, rows=count)
+        else:
+            scd2.apply_scd2(spark, plan.path, changes, keys, list(plan.table.track_columns))
+    for i, (seq, ts) in enumerate(sorted(truncates, key=lambda t: t[0])):
+        with tables.transaction(spark, f"{plan.app_id}:truncate{i}", batch_id):
+            if mode == "scd1":
+                scd1.apply_truncate_scd1(spark, plan.path, seq, ts)
+            else:
+                scd2.apply_truncate_scd2(spark, plan.path, seq, ts)
+
+
+def _evolve(
+    spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: frozenset[str]
+) -> None:
+    """schema_drift: evolve. Infer the new fields' types from this batch's records (events:
+    the JSON values; CDC: the rescued fields, so as text), add them as silver columns
+    (flattened like the rest) and record them in a table property, so later batches and
+    restarts parse them too. Idempotent: a replayed batch finds the columns already there."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    with_unknown = evaluated.where(F.size(silver.UNKNOWN) > 0)
+    if plan.kind == "events":
+        texts = with_unknown.select(F.col(silver.RAW_VALUE).cast("string"))
+    else:
+        texts = with_unknown.select(F.col(silver.RESCUED))
+    inferred = spark.read.json(texts.rdd.map(lambda r: str(r[0])))
+    types = {f.name: f for f in inferred.schema.fields}
+    new_fields = [types.get(n, StructField(n, StringType())) for n in sorted(unknown)]
+    flat = silver.flatten(spark.createDataFrame([], StructType(new_fields)))
+    columns = tables.missing_columns(spark, plan.path, flat.schema.fields)
+    if columns:
+        spark.sql(f"ALTER TABLE delta.`{plan.path}` ADD COLUMNS ({tables.columns_ddl(columns)})")
+    declared = set(silver.parse_schema(plan.table.schema).names)
+    evolved = [f for f in plan.schema.struct.fields if f.name not in declared] + new_fields
+    ddl = tables.columns_ddl(evolved)
+    spark.sql(f"ALTER TABLE delta.`{plan.path}` SET TBLPROPERTIES ('{EVOLVED}' = '{ddl}')")
+    log.warning("silver.%s: schema evolved, added %s", plan.name, sorted(unknown))
+    plan.schema = silver.parse_schema(plan.table.schema, ddl)

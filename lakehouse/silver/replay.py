@@ -1,0 +1,177 @@
+"""`lakehouse replay TABLE`: quarantined records of a silver table re-checked after a repair
+(`--fix COLUMN=SQL`, or an edit of `record` in `_system/quarantine`), applied to silver through
+the same write as `refine_silver` when they now pass.
+
+Idempotent: the silver write and the quarantine update carry the quarantine table's version as
+their Delta transaction, so a rerun after a crash writes nothing twice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lakehouse.core import system, tables
+from lakehouse.core.current import is_bookkeeping
+from lakehouse.core.settings import Settings, SettingsError
+from lakehouse.quality.expectations import check_fail_rules, failed_names, kept
+from lakehouse.quality.quarantine import QUARANTINED, replay_status
+from lakehouse.silver import transform as silver
+from lakehouse.silver.batch import batch_stats, write_silver
+from lakehouse.silver.changes import OP, SEQ, TS, UPSERT_OPS
+from lakehouse.silver.plan import JOB, Plan, prepare, silver_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+_ID = "_lh_id"  # the quarantined row's id, carried through the re-check
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    table: str
+    considered: int
+    replayed: int
+    dropped: int
+    still_quarantined: int
+
+
+def replay_quarantine(
+    spark: SparkSession,
+    settings: Settings,
+    name: str,
+    fixes: Sequence[tuple[str, str]] = (),
+    where: str | None = None,
+) -> ReplayResult:
+    """Replay quarantined records of silver.`name` (optionally only those matching `where`),
+    after applying `fixes` (column, SQL expression) to the parsed record: records that now
+    pass go to silver through the same apply as refine_silver, those a drop rule rejects are
+    marked dropped, the rest stay quarantined with their new failed rules and fixed record."""
+    table = settings.silver_table(name)
+    kind = settings.source(table.source).kind
+    path = silver_path(settings, name)
+    if not tables.exists(spark, path):
+        raise SettingsError(f"silver.{name} does not exist yet; run refine_silver --table {name}")
+    plan = prepare(spark, settings, name, table, kind, path)
+    version = tables.latest_version(spark, plan.quarantine_path)
+    row = _row_schema(spark, path)
+    pending = _as_records(_pending(spark, plan, version, where), row, kind)
+    records = _apply_fixes(pending, fixes, row, name)
+    evaluated = silver.evaluate_rules(records, plan.expectations).persist()
+    try:
+        stats = batch_stats(evaluated.drop(_ID), plan.expectations)
+        check_fail_rules(evaluated.drop(*silver.TRANSIENT, _ID), plan.expectations, stats.per_rule)
+        replay_plan = Plan(**{**plan.__dict__, "run_id": f"replay:{plan.run_id}"})
+        kept_rows = kept(evaluated, plan.expectations).drop(_ID)
+        write_silver(spark, replay_plan, kept_rows, stats.written, version, ())
+        _settle(spark, plan, evaluated, row, version)
+    finally:
+        evaluated.unpersist()
+    result = ReplayResult(name, stats.rows, stats.written, stats.dropped, stats.quarantined)
+    system.append_log(
+        spark,
+        settings,
+        system.REFINE_LOG,
+        {
+            "event": "quarantine_replay",
+            "subject": f"silver.{name}",
+            "fixes": list(fixes),
+            "where": where,
+            **result.__dict__,
+        },
+    )
+    return result
+
+
+def _row_schema(spark: SparkSession, path: str) -> StructType:
+    """The silver row's columns (without bookkeeping): what a quarantined `record` holds."""
+    from pyspark.sql.types import StructType
+
+    schema = spark.read.format("delta").load(path).schema
+    return StructType([f for f in schema.fields if not is_bookkeeping(f.name)])
+
+
+def _pending(spark: SparkSession, plan: Plan, version: int, where: str | None) -> DataFrame:
+    """The table's quarantined rows at the quarantine's `version`, optionally filtered."""
+    pending = (
+        spark.read.format("delta")
+        .option("versionAsOf", version)
+        .load(plan.quarantine_path)
+        .where(f"`table` = '{plan.name}' AND status = '{QUARANTINED}'")
+    )
+    return pending.where(where) if where else pending
+
+
+def _as_records(pending: DataFrame, row: StructType, kind: str) -> DataFrame:
+    """Quarantined rows back in the shape of a refine batch's records."""
+    from pyspark.sql import functions as F
+
+    parsed = F.from_json(F.col("record"), row)
+    change = [
+        F.col("op").alias(OP),
+        F.col("seq").alias(SEQ),
+        F.lit(None).cast("timestamp").alias(TS),
+    ]
+    records = pending.select(
+        F.col("id").alias(_ID),
+        F.col("topic").alias(silver.TOPIC),
+        F.col("partition").alias(silver.PARTITION),
+        F.col("offset").alias(silver.OFFSET),
+        F.col("raw_key").alias(silver.RAW_KEY),
+        F.col("raw_value").alias(silver.RAW_VALUE),
+        F.lit(None).cast("string").alias(silver.VALUE_ERROR),
+        F.lit(None).cast("string").alias(silver.ERROR),
+        F.array().cast("array<string>").alias(silver.UNKNOWN),
+        *[parsed[f.name].alias(f.name) for f in row.fields],
+        *(change if kind == "cdc" else []),
+    )
+    checked = F.col(OP).isin(*UPSERT_OPS) if kind == "cdc" else F.lit(True)
+    return records.withColumn(silver.CHECKED, checked)
+
+
+def _apply_fixes(
+    records: DataFrame, fixes: Sequence[tuple[str, str]], row: StructType, name: str
+) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    for column, expression in fixes:
+        if column not in row.fieldNames():
+            raise SettingsError(
+                f"--fix {column}=...: {column!r} is not a column of silver.{name} "
+                f"(columns: {', '.join(row.fieldNames())})"
+            )
+        records = records.withColumn(column, F.expr(expression).cast(row[column].dataType))
+    return records
+
+
+def _settle(
+    spark: SparkSession, plan: Plan, evaluated: DataFrame, row: StructType, version: int
+) -> None:
+    """Mark each re-checked row replayed, dropped or still quarantined (with its new failed
+    rules and repaired record), in one MERGE with the replay's transaction."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    outcome = evaluated.select(
+        F.col(_ID).alias("id"),
+        failed_names(plan.expectations).alias("failed_rules"),
+        F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in row.fields])).alias("record"),
+        replay_status(plan.expectations).alias("status"),
+    )
+    with tables.transaction(spark, f"{JOB}:replay:{plan.name}:{plan.run_id}", version):
+        (
+            DeltaTable.forPath(spark, plan.quarantine_path)
+            .alias("q")
+            .merge(outcome.alias("o"), "q.id = o.id")
+            .whenMatchedUpdate(
+                set={
+                    "status": "o.status",
+                    "failed_rules": "o.failed_rules",
+                    "record": "o.record",
+                    "replayed_at": f"CASE WHEN o.status = '{QUARANTINED}' THEN NULL "
+                    "ELSE current_timestamp() END",
+                }
+            )
+            .execute()
+        )

@@ -1,0 +1,108 @@
+"""Shared helpers for the bronze tests: per-test sources, bronze reads, job subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from lakehouse.bronze.ingest import IngestOptions, IngestResult, ingest
+from lakehouse.bronze.offsets import StartFrom
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings, project_root
+from lakehouse.core.specs import SourceSettings
+
+ROOT = project_root()
+
+
+def new_source(
+    settings: Settings,
+    kind: str = "events",
+    partitions: int = 1,
+    topic_config: Mapping[str, str] | None = None,
+    **fields: Any,
+) -> tuple[str, str, Settings]:
+    """A fresh topic and a source reading it, added to a copy of `settings`."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    topic = f"{name}-topic"
+    kafka.ensure_topic(settings.kafka, topic, partitions=partitions, config=topic_config)
+    source = SourceSettings(kind=kind, topics=(topic,), **fields)
+    return name, topic, replace(settings, sources={**settings.sources, name: source})
+
+
+def run_ingest(
+    spark: SparkSession,
+    settings: Settings,
+    name: str,
+    kind: str = "events",
+    start_from: StartFrom | None = None,
+    **options: Any,
+) -> IngestResult:
+    return ingest(spark, settings, IngestOptions(name, start_from=start_from, **options), kind)
+
+
+def bronze(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
+    return spark.read.format("delta").load(settings.storage.path("bronze", name))
+
+
+def job_env(settings: Settings, name: str, topic: str, kind: str = "events") -> dict[str, str]:
+    """Environment for a job subprocess: the same storage root and the per-test source."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "LAKEHOUSE__STORAGE__ROOT": settings.storage.root,
+            f"LAKEHOUSE__SOURCES__{name.upper()}__KIND": kind,
+            f"LAKEHOUSE__SOURCES__{name.upper()}__TOPICS": topic,
+            f"LAKEHOUSE__SOURCES__{name.upper()}__TRIGGER_INTERVAL": "1 second",
+            f"LAKEHOUSE__SOURCES__{name.upper()}__MAX_OFFSETS_PER_TRIGGER": "300",
+        }
+    )
+    return env
+
+
+def start_job(
+    job: str, args: list[str], env: Mapping[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    out = log.open("ab")
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "jobs" / f"{job}.py"), "--env", "test", *args],
+        env=dict(env),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def run_job(
+    job: str, args: list[str], env: Mapping[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / f"{job}.py"), "--env", "test", *args],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def wait_for_records(settings: Settings, topic: str, count: int, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    seen = 0
+    while time.monotonic() < deadline:
+        try:
+            seen = sum(kafka.end_offsets(settings.kafka, topic).values())
+        except kafka.KafkaError:
+            seen = 0
+        if seen >= count:
+            return
+        time.sleep(1)
+    raise AssertionError(f"only {seen} of {count} records reached {topic}")

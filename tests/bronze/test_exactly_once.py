@@ -1,0 +1,126 @@
+"""Exactly once under crashes: SIGKILL the continuous ingest job at random moments while a
+producer writes into several partitions; every (topic, partition, offset) ends in bronze once."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from lakehouse.core import kafka, tables
+from lakehouse.core.settings import Settings
+from tests.bronze.helpers import bronze, job_env, new_source, run_ingest, start_job
+
+MAX_EVENTS = 40_000
+CHUNK = 100
+
+
+def committed_rows(spark: SparkSession, settings: Settings, name: str) -> int:
+    if not tables.exists(spark, settings.storage.path("bronze", name)):
+        return 0
+    return bronze(spark, settings, name).count()
+
+
+def wait_for_more(
+    spark: SparkSession, settings: Settings, name: str, than: int, job: subprocess.Popen[bytes]
+) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and job.poll() is None:
+        if committed_rows(spark, settings, name) > than:
+            return
+        time.sleep(0.5)
+    os.killpg(job.pid, signal.SIGKILL)
+    raise AssertionError(f"the ingest job committed nothing new within 180 s (exit {job.poll()})")
+
+
+def test_sigkill_mid_batch_loses_and_duplicates_nothing(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    name, topic, settings = new_source(kafka_up, partitions=3)
+    delivered: list[tuple[int, int]] = []
+    failures: list[BaseException] = []
+
+    stop = threading.Event()
+
+    def produce() -> None:
+        # Keeps producing until every kill is done, so each restart has new records to ingest.
+        try:
+            start = 0
+            while not stop.is_set() and start < MAX_EVENTS:
+                records = [
+                    (str(i).encode(), f'{{"n":{i}}}'.encode(), i % 3)
+                    for i in range(start, start + CHUNK)
+                ]
+                delivered.extend(kafka.produce(settings.kafka, topic, records))
+                start += CHUNK
+                time.sleep(0.5)
+        except BaseException as exc:  # surfaced by the assertion below
+            failures.append(exc)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    rng = random.Random(7)  # noqa: S311 - test timing, not security
+    env = job_env(settings, name, topic)
+    progress: list[int] = []
+    log = tmp_path / "ingest.log"
+    for _kill in range(5):
+        job = start_job("ingest_events", ["--source", name, "--trigger", "continuous"], env, log)
+        # Let this run commit something (a cold JVM's first batch takes ~20 s here), then kill
+        # it at a random moment among the batches that follow.
+        wait_for_more(spark, settings, name, than=progress[-1] if progress else 0, job=job)
+        time.sleep(rng.uniform(0.2, 4.0))
+        assert job.poll() is None, f"the job exited by itself; see {log}"
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=30)
+        progress.append(bronze(spark, settings, name).count())
+    stop.set()
+    producer.join(timeout=120)
+    assert not failures, failures
+
+    # Catch up what is left, in this process, from the same checkpoint.
+    run_ingest(spark, settings, name)
+
+    assert len(delivered) >= 3000, len(delivered)  # thousands of events, 3 partitions
+    assert progress == sorted(set(progress)), progress  # every killed run had committed more
+    expected = spark.createDataFrame(delivered, "partition int, offset long")
+    assert_df_equality(
+        bronze(spark, settings, name).select("partition", "offset"),
+        expected,
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_sigterm_stops_continuous_cleanly(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(10)])
+    log = tmp_path / "ingest.log"
+    job = start_job(
+        "ingest_events",
+        ["--source", name, "--trigger", "continuous"],
+        job_env(settings, name, topic),
+        log,
+    )
+    try:
+        deadline = time.monotonic() + 180  # generous: JVM start on a loaded 2-core CI machine
+        committed = 0
+        while time.monotonic() < deadline and committed < 10:
+            time.sleep(1)
+            committed = committed_rows(spark, settings, name)
+        assert committed == 10, log.read_text()[-3000:]
+        job.send_signal(signal.SIGTERM)  # to the Python driver only, as a scheduler would
+        assert job.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if job.poll() is None:  # a failed assertion must not leak the job's JVM
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+    assert bronze(spark, settings, name).count() == 10

@@ -1,0 +1,414 @@
+"""Bronze ingest against the real broker and real Delta tables."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from lakehouse.bronze.offsets import DataLossError, Gap, StartFrom, StartFromError
+from lakehouse.bronze.transform import BRONZE_PROPERTIES, bronze_schema, kafka_to_bronze
+from lakehouse.core import kafka, system, tables
+from lakehouse.core.settings import Settings
+from lakehouse.core.spark import java_class
+from tests.bronze.helpers import bronze, new_source, run_ingest, run_job
+
+LINEAGE = StructType(
+    [
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("value_error", StringType()),
+    ]
+)
+OFFSETS = StructType([StructField("partition", IntegerType()), StructField("offset", LongType())])
+
+
+def lineage(spark: SparkSession, settings: Settings, name: str):  # type: ignore[no-untyped-def]
+    return bronze(spark, settings, name).select(
+        "partition", "offset", "key", "value", "value_error"
+    )
+
+
+def test_bad_input_lands_in_bronze_byte_for_byte(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(kafka_up, max_value_bytes=64)
+    corpus: list[tuple[bytes | None, bytes | None]] = [
+        (b"k1", b'{"order_id": 1, "amount": 9.5}'),  # fine
+        (b"k2", b"this is not json"),
+        (b"k3", b'{"order_id": 3, "amou'),  # truncated
+        (b"k4", b""),  # empty value
+        (b"k5", None),  # null value
+        (None, b'{"order_id": 6}'),  # null key, fine value
+        (b"k7", b"\xff\xfe\x00garbage\x9c"),  # binary garbage
+        (b"k8", json.dumps({"pad": "x" * 100}).encode()),  # bigger than max_value_bytes
+    ]
+    kafka.produce(settings.kafka, topic, [(k, v, 0) for k, v in corpus])
+
+    result = run_ingest(spark, settings, name)
+
+    errors = [
+        None,
+        "invalid_json",
+        "invalid_json",
+        "empty_value",
+        "null_value",
+        None,
+        "invalid_utf8",
+        "oversize",
+    ]
+    expected = spark.createDataFrame(
+        [
+            (0, i, None if k is None else bytearray(k), None if v is None else bytearray(v), s)
+            for i, ((k, v), s) in enumerate(zip(corpus, errors, strict=True))
+        ],
+        LINEAGE,
+    )
+    assert_df_equality(
+        lineage(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    assert (result.rows, result.gaps) == (8, [])
+
+
+def test_value_error_shape_check_and_source_quoting(spark: SparkSession) -> None:
+    """The projection is SQL text: the shape check's edge cases, and a source name that
+    needs quoting, come out as written (a pure transformation, no broker)."""
+    # The last two: JSON-shaped at the size limit (64 bytes) and one byte over it.
+    at_limit, over = b"{" + b"x" * 62 + b"}", b"[" + b"x" * 63 + b"]"
+    values = [b"[1, 2]", b"  {}\n", b"{", b"}{", b"[}", b"\t[]", at_limit, over]
+    raw = spark.createDataFrame(
+        [(None, bytearray(v), None, "t", 0, i, None, 0) for i, v in enumerate(values)],
+        "key binary, value binary, headers array<struct<key:string,value:binary>>, "
+        "topic string, partition int, offset long, timestamp timestamp, timestampType int",
+    )
+    source = "it's a \\ name"
+    rows = kafka_to_bronze(raw, source, "events", 64).select("offset", "source", "value_error")
+    errors = [None, None, "invalid_json", "invalid_json", "invalid_json", None, None, "oversize"]
+    expected = spark.createDataFrame(
+        [(i, source, e) for i, e in enumerate(errors)],
+        "offset long, source string, value_error string",
+    )
+    assert_df_equality(rows, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(kafka_up)
+    # Repeated records, so Parquet would dictionary-encode any column it is allowed to.
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)] * 20)
+    run_ingest(spark, settings, name)
+    path = settings.storage.path("bronze", name)
+    props = tables.properties(spark, path)
+    assert {k: props[k] for k in ("delta.appendOnly", "delta.enableChangeDataFeed")} == {
+        "delta.appendOnly": "true",
+        "delta.enableChangeDataFeed": "true",
+    }
+    assert props["pipelines.reset.allowed"] == "false"
+    # File statistics only on the columns bronze is searched by (not the raw bytes).
+    assert props["delta.dataSkippingStatsColumns"] == "partition,offset,kafka_timestamp,value_error"
+    detail = DeltaTable.forPath(spark, path).detail().collect()[0]
+    assert detail["partitionColumns"] == ["source", "ingest_date"]
+    table = bronze(spark, settings, name)
+    assert table.schema == bronze_schema("events")
+    row = table.collect()[0]
+    # historical_version is not in a live file at all; Delta reads it as null.
+    assert (row["topic"], row["source"], row["historical_version"]) == (topic, name, None)
+    assert row["ingest_date"] == row["ingest_time"].date()
+    (data_file,) = Path(path).rglob("*.parquet")
+    footer = parquet_columns(spark, str(data_file))
+    # What a live file stores: not the partition columns (they are in the Delta log) and not
+    # historical_version.
+    assert sorted(footer) == sorted(
+        [
+            "key",
+            "value",
+            "headers.list.element.key",
+            "headers.list.element.value",
+            "topic",
+            "partition",
+            "offset",
+            "kafka_timestamp",
+            "kafka_timestamp_type",
+            "ingest_time",
+            "value_error",
+        ]
+    )
+    # (physical type, min/max statistics written, dictionary-encoded). Timestamps are Parquet's
+    # INT64 micros, not the legacy INT96; the raw bytes carry no statistics, and `value` no
+    # dictionary (bronze.PARQUET_CONF).
+    assert {c: footer[c] for c in ("key", "value", "topic", "kafka_timestamp", "ingest_time")} == {
+        "key": ("BINARY", False, True),
+        "value": ("BINARY", False, False),
+        "topic": ("BINARY", True, True),
+        "kafka_timestamp": ("INT64", True, True),
+        "ingest_time": ("INT64", True, True),
+    }
+
+
+def test_a_table_from_an_older_version_is_refused_with_the_fix(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """A bronze table created before `value_status` became `value_error`: the job names the
+    missing column and the statement that adds it, writes nothing, and runs once it is added."""
+    name, topic, settings = new_source(kafka_up)
+    path = settings.storage.path("bronze", name)
+    old = StructType(
+        [
+            StructField("value_status", StringType()) if f.name == "value_error" else f
+            for f in bronze_schema("events").fields
+        ]
+    )
+    tables.create_table(spark, path, old, BRONZE_PROPERTIES, ("ingest_date",))
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0), (b"k", b"nope", 0)])
+    alter = f"ALTER TABLE delta.`{path}` ADD COLUMNS (`value_error` string)"
+    with pytest.raises(tables.OutdatedTableError, match="lacks column") as refused:
+        run_ingest(spark, settings, name)
+    assert str(refused.value).endswith(alter)
+    assert bronze(spark, settings, name).count() == 0
+    spark.sql(alter)
+    run_ingest(spark, settings, name)
+    assert_df_equality(
+        bronze(spark, settings, name).select("offset", "value_status", "value_error"),
+        spark.createDataFrame(
+            [(0, None, None), (1, None, "invalid_json")],
+            "offset long, value_status string, value_error string",
+        ),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def parquet_columns(spark: SparkSession, file: str) -> dict[str, tuple[str, bool, bool]]:
+    """Per column of a Parquet file's first row group, from its footer (Spark's schema hides
+    this): (physical type, min/max statistics written, dictionary-encoded)."""
+    context = spark.sparkContext
+    input_file = java_class(spark, "org.apache.parquet.hadoop.util.HadoopInputFile").fromPath(
+        java_class(spark, "org.apache.hadoop.fs.Path")(file),
+        context._jsc.hadoopConfiguration(),
+    )
+    reader = java_class(spark, "org.apache.parquet.hadoop.ParquetFileReader").open(input_file)
+    try:
+        columns = reader.getFooter().getBlocks().get(0).getColumns()
+        return {
+            str(c.getPath().toDotString()): (
+                str(c.getPrimitiveType().getPrimitiveTypeName().name()),
+                bool(c.getStatistics().hasNonNullValue()),
+                any("DICTIONARY" in str(e.name()) for e in c.getEncodings()),
+            )
+            for c in columns
+        }
+    finally:
+        reader.close()
+
+
+def test_available_now_is_incremental_and_replay_free(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    name, topic, settings = new_source(kafka_up, partitions=2)
+    kafka.produce(settings.kafka, topic, [(None, b'{"n":1}', p) for p in (0, 1, 1)])
+    run_ingest(spark, settings, name)
+    run_ingest(spark, settings, name)  # nothing new: nothing written twice
+    kafka.produce(settings.kafka, topic, [(None, b'{"n":2}', 0)])
+    run_ingest(spark, settings, name)
+    assert_df_equality(
+        bronze(spark, settings, name).select("partition", "offset"),
+        spark.createDataFrame([(0, 0), (1, 0), (1, 1), (0, 1)], OFFSETS),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_lost_checkpoint_resumes_from_bronze(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(kafka_up, partitions=2)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", i % 2) for i in range(6)])
+    run_ingest(spark, settings, name)
+    shutil.rmtree(tables.checkpoint_path(settings, "ingest", name))
+    kafka.produce(settings.kafka, topic, [(None, b"{}", i % 2) for i in range(4)])
+
+    run_ingest(spark, settings, name, start_from=StartFrom("bronze"))
+
+    assert_df_equality(
+        bronze(spark, settings, name).select("partition", "offset"),
+        spark.createDataFrame([(p, o) for p in (0, 1) for o in range(5)], OFFSETS),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_start_from_is_refused_when_a_checkpoint_exists(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0)])
+    run_ingest(spark, settings, name)
+    with pytest.raises(StartFromError, match="already records where"):
+        run_ingest(spark, settings, name, start_from=StartFrom("earliest"))
+
+
+def test_start_from_explicit_offsets_and_timestamp(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(5)])
+    run_ingest(spark, settings, name, start_from=StartFrom("offsets", offsets={topic: {0: 3}}))
+    assert_df_equality(
+        bronze(spark, settings, name).select("partition", "offset"),
+        spark.createDataFrame([(0, 3), (0, 4)], OFFSETS),
+        ignore_nullable=True,
+        ignore_row_order=True,
+    )
+
+    name2, topic2, settings2 = new_source(kafka_up)
+    kafka.produce(settings2.kafka, topic2, [(None, b"{}", 0) for _ in range(2)])
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    kafka.produce(settings2.kafka, topic2, [(None, b"{}", 0) for _ in range(3)])
+    run_ingest(spark, settings2, name2, start_from=StartFrom("timestamp", timestamp_ms=cut))
+    assert_df_equality(
+        bronze(spark, settings2, name2).select("partition", "offset"),
+        spark.createDataFrame([(0, 2), (0, 3), (0, 4)], OFFSETS),
+        ignore_nullable=True,
+        ignore_row_order=True,
+    )
+
+
+def test_historical_snapshot_then_live(spark: SparkSession, kafka_up: Settings) -> None:
+    """A snapshot holds what offsets 0..41 carried; live starts at 42: each record once."""
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(
+        settings.kafka, topic, [(None, json.dumps({"n": i}).encode(), 0) for i in range(50)]
+    )
+    snapshot = settings.storage.path("snapshots", name)
+    spark.createDataFrame(
+        [(topic, 0, i, json.dumps({"n": i})) for i in range(42)],
+        "topic string, partition int, offset long, value string",
+    ).write.format("delta").save(snapshot)
+
+    options = {"historical": snapshot}
+    start = StartFrom("offsets", offsets={topic: {0: 42}})
+    first = run_ingest(spark, settings, name, start_from=start, **options)
+
+    rows = bronze(spark, settings, name).selectExpr(
+        "offset", "CAST(value AS STRING) AS value", "historical_version"
+    )
+    expected = spark.createDataFrame(
+        [(i, json.dumps({"n": i}), 0 if i < 42 else None) for i in range(50)],
+        "offset long, value string, historical_version long",
+    )
+    assert_df_equality(rows, expected, ignore_row_order=True, ignore_nullable=True)
+    assert first.historical_rows == 42
+    handoff = [
+        (e["event"], e.get("version"), e.get("rows"), e.get("first_live_offsets"))
+        for e in system.read_log(spark, settings, system.INGEST_LOG, name)
+    ]
+    assert handoff == [
+        ("historical_loaded", 0, 42, None),
+        ("live_started", None, None, {topic: {"0": 42}}),
+    ]
+
+
+def test_expired_offsets_refused_then_recorded(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(
+        kafka_up,
+        topic_config={"retention.ms": "1000", "segment.ms": "300"},
+    )
+    # Three waves roll three segments (segment.ms); only closed segments expire.
+    for _wave in range(3):
+        kafka.produce(settings.kafka, topic, [(None, b"x" * 20, 0) for _ in range(10)])
+        time.sleep(0.5)
+    deadline = time.monotonic() + 90
+    low = 0
+    while time.monotonic() < deadline:
+        marks = kafka.watermarks(settings.kafka, {topic: [0]})
+        low = marks[(topic, 0)][0]
+        if low > 0:
+            break
+        time.sleep(1)
+    assert low > 0, "the broker never deleted the expired segments"
+    # Freeze retention, then add live records: the gap is now stable and known.
+    kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "-1"})
+    time.sleep(6)  # one retention check interval, so a deletion already decided is done
+    low = kafka.watermarks(settings.kafka, {topic: [0]})[(topic, 0)][0]
+    kafka.produce(settings.kafka, topic, [(None, b"live", 0) for _ in range(5)])
+
+    start = StartFrom("offsets", offsets={topic: {0: 0}})
+    with pytest.raises(DataLossError) as err:
+        run_ingest(spark, settings, name, start_from=start)
+    assert err.value.gaps == [Gap(topic, 0, 0, low - 1)]
+    assert f"{topic} partition 0 offsets 0..{low - 1}" in str(err.value)
+    assert bronze(spark, settings, name).count() == 0  # nothing written
+
+    result = run_ingest(spark, settings, name, start_from=start, allow_data_loss=True)
+    assert result.gaps == [Gap(topic, 0, 0, low - 1)]
+    offsets_seen = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
+    assert offsets_seen == list(range(low, 35))
+    gaps = [
+        (e["event"], e["first_missing"], e["last_missing"])
+        for e in system.read_log(spark, settings, system.INGEST_LOG, name)
+    ]
+    assert gaps == [("gap", 0, low - 1)]
+
+
+def test_bad_flag_fails_fast_with_one_line(tmp_path: Path) -> None:
+    done = run_job("ingest_events", ["--source", "orders", "--start-from", "yesterday"], {})
+    assert done.returncode == 2
+    assert "--start-from 'yesterday': use one of earliest | latest | bronze" in done.stderr
+
+
+def test_expired_offsets_after_the_checkpoint_are_named(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """The restart path: the checkpoint says resume at 5, retention already removed 5..low-1."""
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(5)])
+    run_ingest(spark, settings, name)  # checkpoint: next offset 5
+    kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "1000", "segment.ms": "300"})
+    for _wave in range(3):
+        kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(5)])
+        time.sleep(0.5)
+    deadline, low = time.monotonic() + 90, 0
+    while time.monotonic() < deadline and low <= 5:
+        time.sleep(1)
+        low = kafka.watermarks(settings.kafka, {topic: [0]})[(topic, 0)][0]
+    assert low > 5, "the broker never deleted the expired segments"
+    kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "-1"})
+    time.sleep(6)
+    low = kafka.watermarks(settings.kafka, {topic: [0]})[(topic, 0)][0]
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(2)])
+    end = 22
+
+    with pytest.raises(DataLossError) as err:
+        run_ingest(spark, settings, name)
+    assert err.value.gaps == [Gap(topic, 0, 5, low - 1)]
+
+    run_ingest(spark, settings, name, allow_data_loss=True)
+    offsets_seen = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
+    assert offsets_seen == [*range(5), *range(low, end)]
+
+
+@pytest.mark.parametrize("mode", ["earliest", "latest"])
+def test_first_run_with_nothing_new_still_pins_the_start(
+    spark: SparkSession, kafka_up: Settings, mode: str
+) -> None:
+    """A first run that finds nothing to read must still record where it started, or the next
+    run (no flag, checkpoint present) would silently begin at 'latest' and skip records."""
+    name, topic, settings = new_source(kafka_up)
+    before = 3 if mode == "latest" else 0
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(before)])
+    run_ingest(spark, settings, name, start_from=StartFrom(mode))
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(2)])
+    run_ingest(spark, settings, name)
+    offsets_seen = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
+    assert offsets_seen == ([3, 4] if mode == "latest" else [0, 1])

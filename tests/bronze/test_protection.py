@@ -1,0 +1,134 @@
+"""Reset protection: our commands refuse, Delta's appendOnly refuses everything else, and
+lifting protection is an explicit, recorded operator action."""
+
+from __future__ import annotations
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from lakehouse.bronze import ingest
+from lakehouse.core import fs, kafka, protection, system, tables
+from lakehouse.core.settings import Settings
+from tests.bronze.helpers import bronze, new_source, run_ingest
+
+# Delta refuses DELETE/UPDATE/overwrite on delta.appendOnly tables; TRUNCATE it refuses for
+# every Delta table ("does not support truncates"). Either way the data must survive.
+APPEND_ONLY = r"DELTA_CANNOT_MODIFY_APPEND_ONLY|does not support truncates"
+
+
+@pytest.fixture(scope="module")
+def protected(spark: SparkSession, kafka_up: Settings) -> tuple[str, Settings]:
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(b"k", b'{"a":1}', 0), (b"k", b'{"a":2}', 0)])
+    run_ingest(spark, settings, name)
+    return name, settings
+
+
+def offsets(spark: SparkSession, settings: Settings, name: str) -> list[int]:
+    return sorted(r["offset"] for r in bronze(spark, settings, name).collect())
+
+
+def test_our_reset_is_refused(spark: SparkSession, protected: tuple[str, Settings]) -> None:
+    name, settings = protected
+    with pytest.raises(protection.ProtectedTableError) as err:
+        ingest.reset(spark, settings, f"bronze.{name}")
+    assert str(err.value).startswith(f"reset of bronze.{name} refused: ")
+    assert "lakehouse unprotect TABLE --reason" in str(err.value)
+    assert offsets(spark, settings, name) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "DELETE FROM {table} WHERE offset = 0",
+        "UPDATE {table} SET value_error = 'x'",
+        "TRUNCATE TABLE {table}",
+        "DELETE FROM delta.`{path}`",
+    ],
+)
+def test_delta_refuses_destructive_sql(
+    spark: SparkSession, protected: tuple[str, Settings], statement: str
+) -> None:
+    name, settings = protected
+    path = settings.storage.path("bronze", name)
+    table = f"bronze_{name}"  # the same table by name, as a notebook would address it
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {table} USING delta LOCATION '{path}'")
+    with pytest.raises(Exception, match=APPEND_ONLY):
+        spark.sql(statement.format(path=path, table=table))
+    assert offsets(spark, settings, name) == [0, 1]
+
+
+def test_delta_refuses_overwrite(spark: SparkSession, protected: tuple[str, Settings]) -> None:
+    name, settings = protected
+    path = settings.storage.path("bronze", name)
+    current = bronze(spark, settings, name)
+    with pytest.raises(Exception, match=APPEND_ONLY):
+        current.limit(1).write.format("delta").mode("overwrite").save(path)
+    assert offsets(spark, settings, name) == [0, 1]
+
+
+def test_unprotect_is_explicit_and_recorded(spark: SparkSession, kafka_up: Settings) -> None:
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)])
+    run_ingest(spark, settings, name)
+    table = f"bronze.{name}"
+    with pytest.raises(ValueError, match="unprotect needs --reason"):
+        protection.unprotect(spark, settings, table, "  ")
+
+    version = protection.unprotect(spark, settings, table, "GDPR erasure ticket 42")
+    spark.sql(f"DELETE FROM delta.`{settings.storage.path('bronze', name)}` WHERE offset = 0")
+    assert bronze(spark, settings, name).count() == 0
+    protection.protect(spark, settings, table)
+    log = [
+        (e["event"], e.get("reason"))
+        for e in system.read_log(spark, settings, system.PROTECTION_LOG, table)
+    ]
+    assert log == [("unprotect", "GDPR erasure ticket 42"), ("protect", None)]
+    assert version >= 1
+    props = tables.properties(spark, settings.storage.path("bronze", name))
+    assert (props["delta.appendOnly"], props["pipelines.reset.allowed"]) == ("true", "false")
+
+
+def test_reset_after_unprotect_removes_data_and_checkpoint(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)])
+    run_ingest(spark, settings, name)
+    checkpoint = tables.checkpoint_path(settings, "ingest", name)
+    protection.unprotect(spark, settings, f"bronze.{name}", "rebuild from a fresh topic")
+    ingest.reset(spark, settings, f"bronze.{name}")
+    assert not tables.exists(spark, settings.storage.path("bronze", name))
+    assert not fs.exists(spark, checkpoint)
+    # A new run recreates the protected table and re-reads the topic from the start.
+    run_ingest(spark, settings, name)
+    assert_df_equality(
+        bronze(spark, settings, name).selectExpr("offset"),
+        spark.createDataFrame([(0,)], "offset long"),
+        ignore_nullable=True,
+    )
+
+
+def test_status_summarises_each_source(spark: SparkSession, kafka_up: Settings) -> None:
+    from datetime import datetime
+
+    from pyspark.sql import functions as F
+
+    from lakehouse.status import SUMMARY_SCHEMA, bronze_summary
+
+    name, topic, settings = new_source(kafka_up, partitions=2)
+    kafka.produce(settings.kafka, topic, [(b"a", b'{"a":1}', 0), (b"b", b"oops", 1)])
+    run_ingest(spark, settings, name)
+    idle, _, settings = new_source(settings)  # configured, never ingested
+    summary = bronze_summary(spark, settings).where(F.col("source").isin(name, idle))
+    last = bronze(spark, settings, name).agg(F.max("ingest_time")).collect()[0][0]
+    assert isinstance(last, datetime)
+    expected = spark.createDataFrame(
+        [
+            (name, f"bronze.{name}", 2, 1, 2, last, True, 0),
+            (idle, f"bronze.{idle}", 0, 0, 0, None, None, 0),
+        ],
+        SUMMARY_SCHEMA,
+    )
+    assert_df_equality(summary, expected, ignore_row_order=True, ignore_nullable=True)

@@ -1,0 +1,202 @@
+"""Settings load, layer and fail loudly, naming the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakehouse.core.settings import Secret, Settings, SettingsError, load_settings
+
+
+def write_conf(tmp_path: Path, base: str, overlay: str | None = None, env: str = "dev") -> Path:
+    conf = tmp_path / "conf"
+    (conf / "base").mkdir(parents=True)
+    (conf / "base" / "lakehouse.yml").write_text(base)
+    if overlay is not None:
+        (conf / env).mkdir()
+        (conf / env / "lakehouse.yml").write_text(overlay)
+    return conf
+
+
+BASE = """
+storage:
+  root: /tmp/lake
+kafka:
+  bootstrap_servers: 127.0.0.1:19092
+postgres:
+  port: 15432
+  password: ${TEST_PG_PASSWORD}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _isolate_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path))  # no .env of the checkout leaks in
+    monkeypatch.setenv("TEST_PG_PASSWORD", "s3cret-value")
+    monkeypatch.delenv("LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS", raising=False)
+
+
+def test_layers_base_overlay_and_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = write_conf(tmp_path, BASE, "spark:\n  shuffle_partitions: 8\n")
+    monkeypatch.setenv("LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:29092")
+    settings = load_settings("dev", conf_dir=conf)
+    assert isinstance(settings, Settings)
+    assert (settings.env, settings.storage.root, settings.spark.shuffle_partitions) == (
+        "dev",
+        "/tmp/lake",
+        8,
+    )
+    assert settings.kafka.bootstrap_servers == "127.0.0.1:29092"
+    assert settings.postgres.require_password() == "s3cret-value"
+
+
+def test_frozen(tmp_path: Path) -> None:
+    settings = load_settings("dev", conf_dir=write_conf(tmp_path, BASE))
+    with pytest.raises(AttributeError):
+        settings.storage.root = "elsewhere"  # type: ignore[misc]
+
+
+def test_secret_never_printed(tmp_path: Path) -> None:
+    settings = load_settings("dev", conf_dir=write_conf(tmp_path, BASE))
+    assert "s3cret-value" not in repr(settings)
+    assert "s3cret-value" not in str(settings.postgres)
+    assert repr(Secret("x")) == "Secret('********')"
+
+
+def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, BASE, "kafka:\n  bootstrap_server: typo:9092\n")
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", conf_dir=conf)
+    assert str(err.value).startswith("conf/dev/lakehouse.yml: unknown key 'kafka.bootstrap_server'")
+    assert "bootstrap_servers" in str(err.value)  # the fix: the allowed names
+
+
+def test_unknown_section(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, BASE + "kafak:\n  x: 1\n")
+    with pytest.raises(SettingsError, match=r"conf/base/lakehouse.yml: unknown key 'kafak'"):
+        load_settings("dev", conf_dir=conf)
+
+
+def test_wrong_type_names_file_and_key(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, BASE, "postgres:\n  port: fifteen\n")
+    with pytest.raises(
+        SettingsError,
+        match=r"^conf/dev/lakehouse.yml: 'postgres.port' must be a number, got 'fifteen'$",
+    ):
+        load_settings("dev", conf_dir=conf)
+
+
+def test_wrong_type_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKEHOUSE__SPARK__UI_ENABLED", "maybe")
+    with pytest.raises(
+        SettingsError,
+        match=r"environment variable LAKEHOUSE__SPARK__UI_ENABLED: 'spark.ui_enabled'",
+    ):
+        load_settings("dev", conf_dir=write_conf(tmp_path, BASE))
+
+
+def test_missing_secret_names_variable_and_fix_when_it_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret is resolved where it is used: the settings load without it (a job that does
+    not use PostgreSQL never needs its password), and using it names the file, key and fix."""
+    monkeypatch.delenv("TEST_PG_PASSWORD")
+    settings = load_settings("dev", conf_dir=write_conf(tmp_path, BASE))
+    with pytest.raises(SettingsError) as err:
+        settings.postgres.require_password()
+    assert str(err.value) == (
+        "conf/base/lakehouse.yml: 'postgres.password' needs environment variable "
+        "TEST_PG_PASSWORD, which is not set; add it to .env (copy .env.example) or export it"
+    )
+
+
+def test_secret_literal_in_yaml_is_refused(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, BASE.replace("${TEST_PG_PASSWORD}", "hunter2"))
+    with pytest.raises(SettingsError, match=r"'postgres\.password' is a secret") as err:
+        load_settings("dev", conf_dir=conf)
+    assert "hunter2" not in str(err.value)
+
+
+def test_dotenv_file_for_env_wins_over_plain_dotenv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TEST_PG_PASSWORD")
+    (tmp_path / ".env").write_text("TEST_PG_PASSWORD=from-dotenv\n")
+    (tmp_path / ".env.dev").write_text("TEST_PG_PASSWORD=from-dotenv-dev\n")
+    try:
+        settings = load_settings("dev", conf_dir=write_conf(tmp_path, BASE))
+        assert settings.postgres.require_password() == "from-dotenv-dev"
+    finally:
+        monkeypatch.delenv("TEST_PG_PASSWORD", raising=False)  # dotenv set it for real
+
+
+def test_bad_env_name(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"--env '\.\./etc'"):
+        load_settings("../etc", conf_dir=write_conf(tmp_path, BASE))
+
+
+def test_committed_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """conf/base as shipped is valid (only the secret has to come from outside)."""
+    monkeypatch.delenv("LAKEHOUSE_HOME")
+    monkeypatch.setenv("POSTGRES_PASSWORD", "from-the-environment")
+    settings = load_settings("test")
+    assert settings.spark.packages == (
+        "io.delta:delta-spark_2.13:4.0.0",
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0",
+    )
+    assert settings.spark.shuffle_partitions == 2
+
+
+TABLES = """
+sources:
+  orders: {kind: events, topics: [orders]}
+silver:
+  orders:
+    source: orders
+    schema: "order_id BIGINT, amount DOUBLE"
+    keys: [order_id]
+    sequence_by: order_id
+    expectations:
+      - {name: positive, sql: "amount > 0", action: drop}
+      - name: present
+        expect: expect_column_values_to_be_in_set
+        kwargs: {column: order_id, value_set: [1, 2]}
+"""
+
+
+def test_silver_tables_with_expectations(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, BASE)
+    (conf / "base" / "tables.yml").write_text(TABLES)
+    table = load_settings("dev", conf_dir=conf).silver_table("orders")
+    assert (table.mode, table.keys, table.schema_drift) == ("upsert", ("order_id",), "rescue")
+    assert [(e.name, e.action, e.sql, e.expect) for e in table.expectations] == [
+        ("positive", "drop", "amount > 0", ""),
+        ("present", "warn", "", "expect_column_values_to_be_in_set"),
+    ]
+    assert table.expectations[1].kwargs == {"column": "order_id", "value_set": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("      - {name: bad, sql: x > 1, action: explode}\n", "silver.orders.expectations[2]"),
+        ("      - {name: both, sql: x > 1, expect: e}\n", "set exactly one of 'sql'"),
+        ("      - {name: positive, sql: x > 1}\n", "expectation names must be unique"),
+        ("    mode: scd3\n", "'mode' must be one of"),
+    ],
+)
+def test_silver_table_errors_name_the_key(tmp_path: Path, change: str, message: str) -> None:
+    conf = write_conf(tmp_path, BASE)
+    (conf / "base" / "tables.yml").write_text(TABLES + change)
+    with pytest.raises(SettingsError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_settings("dev", conf_dir=conf)
+
+
+def test_unknown_silver_table_lists_known(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, BASE)
+    (conf / "base" / "tables.yml").write_text(TABLES)
+    with pytest.raises(SettingsError, match=r"--table 'nope'.*known: orders"):
+        load_settings("dev", conf_dir=conf).silver_table("nope")

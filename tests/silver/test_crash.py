@@ -1,0 +1,149 @@
+"""Crash and replay: SIGKILL refine_silver at random moments several times; silver, the
+quarantine and the metrics table end exactly as after one uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import yaml
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from lakehouse.core import tables
+from lakehouse.core.settings import Settings, load_settings, project_root
+from tests.bronze.helpers import new_source, run_ingest, start_job
+from tests.silver.helpers import (
+    ORDER_SCHEMA,
+    metrics,
+    produce,
+    quarantine,
+    run_refine,
+    silver_table,
+)
+
+FILES = 14
+PER_FILE = 40
+
+TABLE = {
+    "mode": "upsert",
+    "schema": ORDER_SCHEMA,
+    "keys": ["order_id"],
+    "sequence_by": "ts",
+    "max_files_per_trigger": 1,  # one bronze file per batch: the same batches in both runs
+    "expectations": [
+        {"name": "amount_not_negative", "sql": "amount >= 0", "action": "quarantine"},
+        {
+            "name": "ts_present",
+            "expect": "expect_column_values_to_not_be_null",
+            "kwargs": {"column": "ts"},
+            "action": "drop",
+        },
+        {"name": "small", "sql": "amount < 900", "action": "warn"},
+    ],
+}
+
+
+def events(seed: int) -> list[object]:
+    rng = random.Random(seed)  # noqa: S311 - test data
+    out: list[object] = []
+    for i in range(FILES * PER_FILE):
+        amount = rng.choice([rng.uniform(0, 1000), -1.0])
+        ts = None if rng.random() < 0.05 else i
+        out.append(
+            {
+                "order_id": rng.randint(1, 200),
+                "customer_id": 1,
+                "order_status": "paid",
+                "amount": round(amount, 2),
+                "ts": ts,
+            }
+        )
+    return out
+
+
+def conf_dir(tmp_path: Path, source: str, topic: str, names: tuple[str, ...]) -> Path:
+    """A copy of conf/ whose test overlay declares this test's source and silver table, for
+    the job subprocess (expectations are lists, which environment variables cannot carry)."""
+    conf = tmp_path / "conf"
+    shutil.copytree(project_root() / "conf", conf, ignore=shutil.ignore_patterns("local"))
+    overlay = {
+        "sources": {source: {"kind": "events", "topics": [topic]}},
+        "silver": {name: {"source": source, **TABLE} for name in names},
+    }
+    (conf / "test" / "crash.yml").write_text(yaml.safe_dump(overlay))
+    return conf
+
+
+def committed_batches(spark: SparkSession, settings: Settings, name: str) -> int:
+    path = settings.storage.path("_system", "expectation_metrics")
+    if not tables.exists(spark, path):
+        return 0
+    return metrics(spark, settings, name).select("batch_id").distinct().count()
+
+
+def comparable(spark: SparkSession, settings: Settings, name: str) -> list[DataFrame]:
+    return [
+        silver_table(spark, settings, name).drop("__deleted_at"),
+        quarantine(spark, settings, name).drop("id", "table", "run_id", "quarantined_at"),
+        metrics(spark, settings, name).drop("table", "run_id", "at"),
+    ]
+
+
+def test_sigkill_refine_mid_batch_ends_as_uninterrupted(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    source, topic, settings = new_source(kafka_up, max_offsets_per_trigger=PER_FILE)
+    produce(settings, topic, events(seed=11))
+    run_ingest(spark, settings, source)  # FILES bronze commits of PER_FILE records each
+    reference, crashed = "ref_" + source, "crash_" + source
+    # Both tables declared in one conf overlay, read by the same loader as the job subprocess.
+    conf = conf_dir(tmp_path, source, topic, (reference, crashed))
+    settings = load_settings(
+        "test", conf_dir=conf, overrides={"storage.root": settings.storage.root}
+    )
+    run_refine(spark, settings, reference)
+
+    env = dict(os.environ)
+    env.update(
+        {
+            "LAKEHOUSE__STORAGE__ROOT": settings.storage.root,
+            "LAKEHOUSE_CONF_DIR": str(conf),
+        }
+    )
+    rng = random.Random(5)  # noqa: S311 - test timing
+    log = tmp_path / "refine.log"
+    progress: list[int] = []
+    for _kill in range(4):
+        job = start_job(
+            "refine_silver",
+            ["--table", crashed, "--trigger", "continuous", "--trigger-interval", "1 second"],
+            env,
+            log,
+        )
+        try:
+            deadline = time.monotonic() + 180
+            done = progress[-1] if progress else 0
+            while committed_batches(spark, settings, crashed) <= done:
+                assert job.poll() is None, (
+                    f"refine_silver exited by itself: {log.read_text()[-3000:]}"
+                )
+                assert time.monotonic() < deadline, "no batch committed within 180 s"
+                time.sleep(0.3)
+            time.sleep(rng.uniform(0.1, 2.0))  # often inside the next batch's MERGE
+        finally:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+        progress.append(committed_batches(spark, settings, crashed))
+    assert progress[-1] < FILES, f"the runs finished before the last kill: {progress}"
+    run_refine(spark, settings, crashed)  # the rest, from the same checkpoint
+
+    for expected, actual in zip(
+        comparable(spark, settings, reference), comparable(spark, settings, crashed), strict=True
+    ):
+        assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+    assert committed_batches(spark, settings, crashed) == FILES

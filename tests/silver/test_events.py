@@ -1,0 +1,345 @@
+"""refine_silver on event tables: parse with the declared schema, upsert by key and sequence,
+each expectation action, rescued fields, quarantine with lineage, per-rule metrics, and an
+idempotent replay of a batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from lakehouse import cli
+from lakehouse.cli import tables as cli_tables
+from lakehouse.core import fs
+from lakehouse.core.settings import Settings
+from lakehouse.quality.expectations import ExpectationFailed
+from lakehouse.silver.replay import replay_quarantine
+from lakehouse.silver.transform import SchemaDriftError
+from lakehouse.status import silver_summary
+from tests.bronze.helpers import run_ingest
+from tests.silver.helpers import (
+    ORDER_SCHEMA,
+    current,
+    events_pipeline,
+    metrics,
+    produce,
+    quarantine,
+    rule,
+    run_refine,
+    silver_table,
+)
+
+RULES = (
+    rule(
+        "order_id_present", "drop", expect="expect_column_values_to_not_be_null", column="order_id"
+    ),
+    rule("amount_not_negative", "quarantine", sql="amount >= 0"),
+    rule(
+        "known_status",
+        "warn",
+        expect="expect_column_values_to_be_in_set",
+        column="order_status",
+        value_set=["created", "paid"],
+    ),
+)
+SILVER = (
+    "order_id bigint, customer_id bigint, order_status string, amount double, ts bigint, "
+    "_rescued_data string"
+)
+
+
+def order(
+    order_id: int | None, status: str, amount: object, ts: int, **extra: object
+) -> dict[str, object]:
+    return {
+        "order_id": order_id,
+        "customer_id": 7,
+        "order_status": status,
+        "amount": amount,
+        "ts": ts,
+        **extra,
+    }
+
+
+def test_upsert_expectations_quarantine_and_metrics(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    events: list[object] = [
+        order(1, "created", 10.5, 100),  # offset 0
+        order(1, "paid", 10.5, 200),  # 1: the latest version of order 1
+        order(1, "created", 9.0, 150),  # 2: older than offset 1, arrives later: ignored
+        order(2, "paid", -5.0, 100),  # 3: quarantined (amount_not_negative)
+        order(None, "paid", 3.0, 100),  # 4: dropped (order_id_present)
+        order(3, "weird", 1.0, 1),  # 5: kept, counted by the warn rule
+        order(4, "paid", 2.0, 1, coupon="X", extra={"a": 1}),  # 6: unknown fields rescued
+        order(5, "paid", "abc", 1),  # 7: mistyped amount: rescued, and fails amount >= 0
+        b'{"order_id": 9, "amou',  # 8: not JSON: quarantined by the built-in rule
+    ]
+    source, topic, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        events,
+        schema=ORDER_SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts",
+        expectations=RULES,
+    )
+    result = run_refine(spark, settings, name)
+    assert (result.rows_in, result.rows_written, result.rows_dropped, result.rows_quarantined) == (
+        9,
+        5,
+        1,
+        3,
+    )
+
+    expected = spark.createDataFrame(
+        [
+            (1, 7, "paid", 10.5, 200, None),
+            (3, 7, "weird", 1.0, 1, None),
+            (4, 7, "paid", 2.0, 1, '{"coupon":"X","extra":"{\\"a\\":1}"}'),
+        ],
+        SILVER,
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+
+    q = quarantine(spark, settings, name).select(
+        "topic", "partition", "offset", "failed_rules", "parse_error", "record", "status"
+    )
+    expected_q = spark.createDataFrame(
+        [
+            (
+                topic,
+                0,
+                3,
+                ["amount_not_negative"],
+                None,
+                '{"order_id":2,"customer_id":7,"order_status":"paid","amount":-5.0,"ts":100}',
+                "quarantined",
+            ),
+            (
+                topic,
+                0,
+                7,
+                ["amount_not_negative"],
+                None,
+                '{"order_id":5,"customer_id":7,"order_status":"paid","ts":1,"_rescued_data":"{\\"amount\\":\\"abc\\"}"}',
+                "quarantined",
+            ),
+            (topic, 0, 8, ["parsable"], "invalid_json", "{}", "quarantined"),
+        ],
+        "topic string, partition int, offset long, failed_rules array<string>, parse_error string, "
+        "record string, status string",
+    )
+    assert_df_equality(q, expected_q, ignore_row_order=True, ignore_nullable=True)
+    raw = quarantine(spark, settings, name).where("offset = 8").select("raw_value").collect()[0][0]
+    assert bytes(raw) == b'{"order_id": 9, "amou'
+
+    m = metrics(spark, settings, name).select(
+        "batch_id", "rule", "action", "passed", "failed", "batch_rows", "batch_written"
+    )
+    expected_m = spark.createDataFrame(
+        [
+            (0, "parsable", "quarantine", 8, 1, 9, 5),
+            (0, "order_id_present", "drop", 8, 1, 9, 5),
+            (0, "amount_not_negative", "quarantine", 7, 2, 9, 5),
+            (0, "known_status", "warn", 8, 1, 9, 5),
+        ],
+        "batch_id long, rule string, action string, passed long, failed long, batch_rows long, "
+        "batch_written long",
+    )
+    assert_df_equality(m, expected_m, ignore_row_order=True, ignore_nullable=True)
+
+    # A later batch moves order 1 forward; an older version of order 3 changes nothing.
+    produce(settings, topic, [order(1, "paid", 11.0, 300), order(3, "created", 1.0, 0)])
+    run_ingest(spark, settings, source)
+    run_refine(spark, settings, name)
+    rows = {r["order_id"]: (r["amount"], r["ts"]) for r in current(spark, settings, name).collect()}
+    assert rows == {1: (11.0, 300), 3: (1.0, 1), 4: (2.0, 1)}
+
+
+def test_fail_action_commits_nothing_and_names_the_rule(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    events: list[object] = [order(1, "paid", 1.0, 1), order(2, "paid", -1.0, 1)]
+    strict = (rule("amount_not_negative", "fail", sql="amount >= 0"),)
+    _, _, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        events,
+        schema=ORDER_SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts",
+        expectations=strict,
+    )
+    with pytest.raises(ExpectationFailed) as failure:
+        run_refine(spark, settings, name)
+    assert (failure.value.rule, failure.value.failed) == ("amount_not_negative", 1)
+    assert failure.value.sample[0]["order_id"] == 2
+    assert silver_table(spark, settings, name).count() == 0
+    assert metrics(spark, settings, name).count() == 0
+
+    # With the rule relaxed to warn, the same batch (the checkpoint did not move) goes through.
+    relaxed = replace(
+        settings.silver[name],
+        expectations=(rule("amount_not_negative", "warn", sql="amount >= 0"),),
+    )
+    settings = replace(settings, silver={**settings.silver, name: relaxed})
+    assert run_refine(spark, settings, name).rows_written == 2
+    assert sorted(r["order_id"] for r in current(spark, settings, name).collect()) == [1, 2]
+
+
+def test_schema_drift_fail_and_evolve(spark: SparkSession, kafka_up: Settings) -> None:
+    events: list[object] = [
+        order(1, "paid", 1.0, 1),
+        order(2, "paid", 2.0, 2, coupon="X", discount=5),
+    ]
+    _, _, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        events,
+        schema=ORDER_SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts",
+        schema_drift="fail",
+    )
+    with pytest.raises(SchemaDriftError, match=r"\['coupon', 'discount'\].*schema_drift: fail"):
+        run_refine(spark, settings, name)
+    assert silver_table(spark, settings, name).count() == 0
+
+    evolving = replace(settings.silver[name], schema_drift="evolve")
+    settings = replace(settings, silver={**settings.silver, name: evolving})
+    run_refine(spark, settings, name)
+    expected = spark.createDataFrame(
+        [(1, 7, "paid", 1.0, 1, None, None, None), (2, 7, "paid", 2.0, 2, None, "X", 5)],
+        f"{SILVER}, coupon string, discount bigint",
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+
+
+def test_replayed_batch_commits_nothing_twice(spark: SparkSession, kafka_up: Settings) -> None:
+    """Forget that batch 0 was committed (as after a crash between the writes and the
+    checkpoint commit): the rerun must leave silver, quarantine and metrics as they were."""
+    events: list[object] = [order(1, "paid", 1.0, 1), order(2, "paid", -1.0, 1), b"nope"]
+    _, _, name, settings = events_pipeline(
+        spark, kafka_up, events, schema=ORDER_SCHEMA, mode="append", expectations=RULES
+    )
+    run_refine(spark, settings, name)
+    before = [
+        t.collect()
+        for t in (
+            silver_table(spark, settings, name),
+            quarantine(spark, settings, name),
+            metrics(spark, settings, name),
+        )
+    ]
+    commit = settings.storage.path("_checkpoints", "refine_silver", name, "commits", "0")
+    assert fs.exists(spark, commit)
+    fs.delete(spark, commit)
+    assert run_refine(spark, settings, name).batches == 1  # the batch really ran again
+    after = [
+        t.collect()
+        for t in (
+            silver_table(spark, settings, name),
+            quarantine(spark, settings, name),
+            metrics(spark, settings, name),
+        )
+    ]
+    assert [sorted(map(str, rows)) for rows in after] == [sorted(map(str, rows)) for rows in before]
+    assert [len(rows) for rows in before] == [1, 2, 4]
+
+
+def test_quarantine_replay_after_repair(spark: SparkSession, kafka_up: Settings) -> None:
+    events: list[object] = [order(1, "paid", 1.0, 1), order(2, "paid", -5.0, 1), b"nope"]
+    _, _, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        events,
+        schema=ORDER_SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts",
+        expectations=RULES,
+    )
+    run_refine(spark, settings, name)
+    # Repair order 2's sign; the unparsable record (offset 2) is left out by the filter.
+    result = replay_quarantine(
+        spark, settings, name, fixes=[("amount", "abs(amount)")], where="offset = 1"
+    )
+    assert (result.considered, result.replayed, result.dropped, result.still_quarantined) == (
+        1,
+        1,
+        0,
+        0,
+    )
+    expected = spark.createDataFrame(
+        [(1, 7, "paid", 1.0, 1, None), (2, 7, "paid", 5.0, 1, None)], SILVER
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    statuses = quarantine(spark, settings, name).select("offset", "status", "failed_rules")
+    expected_q = spark.createDataFrame(
+        [(1, "replayed", []), (2, "quarantined", ["parsable"])],
+        "offset long, status string, failed_rules array<string>",
+    )
+    assert_df_equality(statuses, expected_q, ignore_row_order=True, ignore_nullable=True)
+    # Replaying again finds nothing pending and changes nothing.
+    again = replay_quarantine(spark, settings, name, where="offset = 1")
+    assert again.considered == 0
+    assert current(spark, settings, name).count() == 2
+
+
+def test_status_summary_and_cli_replay(
+    spark: SparkSession,
+    kafka_up: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`lakehouse status` shows the last batch's failures and the pending quarantine;
+    `lakehouse replay` repairs and applies them; a malformed --fix is a usage error (exit 2)."""
+    events: list[object] = [
+        order(1, "paid", 1.0, 1),
+        order(2, "paid", -5.0, 1),
+        order(3, "lost", -2.0, 1),
+    ]
+    _, _, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        events,
+        schema=ORDER_SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts",
+        expectations=RULES,
+    )
+    run_refine(spark, settings, name)
+
+    def summary() -> list[tuple[object, ...]]:
+        rows = silver_summary(spark, settings).where(f"table = 'silver.{name}'")
+        cols = ("live_rows", "last_batch", "last_batch_rows", "last_batch_failed")
+        return [(*tuple(r[c] for c in cols), r["quarantined_pending"]) for r in rows.collect()]
+
+    assert summary() == [(1, 0, 3, "amount_not_negative=2, known_status=1", 2)]
+
+    def shared_session(_s: Settings, _name: str, body: Callable[[SparkSession], None]) -> None:
+        body(spark)
+
+    monkeypatch.setattr(cli, "load_settings", lambda env: settings)
+    monkeypatch.setattr(cli_tables, "with_session", shared_session)
+    assert cli.main(["--env", "test", "replay", name, "--fix", "amount"]) == 2
+    assert "--fix 'amount': use COLUMN=SQL" in capsys.readouterr().err
+    assert cli.main(["replay", f"silver.{name}", "--fix", "amount=abs(amount)"]) == 0
+    assert "2 quarantined row(s) re-checked: 2 applied to silver" in capsys.readouterr().out
+    expected = spark.createDataFrame(
+        [(1, 7, "paid", 1.0, 1, None), (2, 7, "paid", 5.0, 1, None), (3, 7, "lost", 2.0, 1, None)],
+        SILVER,
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    assert summary() == [(3, 0, 3, "amount_not_negative=2, known_status=1", 0)]
