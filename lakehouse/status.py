@@ -1,5 +1,6 @@
 """What `lakehouse status` shows: per source, what bronze holds and whether it is protected;
-per silver table, its live rows, pending quarantine and the last batch's expectation results."""
+per silver table, its live rows, pending quarantine and the last batch's expectation results;
+per offline table, its boundary, moves, backfills and the late changes not applied."""
 
 from __future__ import annotations
 
@@ -126,3 +127,46 @@ def silver_summary(spark: SparkSession, settings: Settings) -> DataFrame:
             )
         )
     return spark.createDataFrame(rows, SILVER_SCHEMA)
+
+
+OFFLINE_SCHEMA = (
+    "table string, hybrid_view string, boundary timestamp, buckets long, rows long, "
+    "last_move_at timestamp, late_buckets_moved_again long, late_changes_not_applied long, "
+    "backfills long"
+)
+
+
+def offline_summary(spark: SparkSession, settings: Settings) -> DataFrame:
+    """One row per declared offline table: its boundary, what it holds, its moves and the late
+    realtime changes to backfilled buckets that were counted instead of applied."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.offline import audit, boundary, store
+
+    rows: list[tuple[object, ...]] = []
+    for name, spec in sorted(settings.offline.items()):
+        path = store.offline_path(settings, name)
+        moved = boundary.current(spark, settings, name)
+        counts = (0, 0)
+        if tables.exists(spark, path):
+            stats = (
+                spark.read.format("delta")
+                .load(path)
+                .agg(F.count_distinct(store.BUCKET).alias("b"), F.count(F.lit(1)).alias("r"))
+                .collect()[0]
+            )
+            counts = (int(stats["b"]), int(stats["r"]))
+        moves = [e for e in audit.move_events(spark, settings, name) if e["event"] == audit.MOVED]
+        rows.append(
+            (
+                f"offline.{name}",
+                f"silver.{spec.view}",
+                moved.boundary if moved else None,
+                *counts,
+                moves[-1]["at"] if moves else None,
+                sum(len(e.get("late", [])) for e in moves),
+                sum(sum(e.get("ignored", {}).values()) for e in moves),
+                audit.backfills(spark, settings, name).where("status = 'applied'").count(),
+            )
+        )
+    return spark.createDataFrame(rows, OFFLINE_SCHEMA)

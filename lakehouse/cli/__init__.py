@@ -12,9 +12,11 @@
     lakehouse replay TABLE [--fix COLUMN=SQL ...] [--where SQL]
                                     re-check quarantined rows (after a repair) and apply those
                                     that now pass to silver
+    lakehouse boundary TABLE [--set TS --reason TEXT]
+                                    an offline table's time boundary and its history
 
 `main()` only parses arguments; each command (in `lakehouse.cli.stack` for the local services,
-`lakehouse.cli.tables` for the tables) loads
+`lakehouse.cli.tables` for the tables, `lakehouse.cli.offline` for the boundary) loads
 validated settings and calls the library. Errors print one line on stderr and exit with the
 code `lakehouse.core.errors` assigns, as the jobs do.
 """
@@ -25,13 +27,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from lakehouse.cli import stack, tables
+from lakehouse.cli import offline, stack, tables
 from lakehouse.cli.common import Command
 from lakehouse.core.errors import EXIT_OK
 from lakehouse.core.jobs import configure_logging, fail
 from lakehouse.core.settings import load_settings
 
-COMMANDS: dict[str, Command] = {**stack.COMMANDS, **tables.COMMANDS}
+COMMANDS: dict[str, Command] = {**stack.COMMANDS, **tables.COMMANDS, **offline.COMMANDS}
 
 
 def _parser() -> argparse.ArgumentParser:

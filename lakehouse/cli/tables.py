@@ -31,7 +31,7 @@ def spark_submit_args(settings: Settings, _args: argparse.Namespace) -> None:
 
 
 def status(settings: Settings, _args: argparse.Namespace) -> None:
-    from lakehouse.status import bronze_summary, silver_summary
+    from lakehouse.status import bronze_summary, offline_summary, silver_summary
 
     _print_services(settings)
 
@@ -40,6 +40,9 @@ def status(settings: Settings, _args: argparse.Namespace) -> None:
         bronze_summary(spark, settings).show(truncate=False)
         print("silver (per table; expectations of the last batch):")
         silver_summary(spark, settings).show(truncate=False)
+        if settings.offline:
+            print("offline (per table; late changes to backfilled buckets are not applied):")
+            offline_summary(spark, settings).show(truncate=False)
 
     with_session(settings, "lakehouse-status", body)
 

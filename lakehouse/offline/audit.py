@@ -1,0 +1,117 @@
+"""What the offline layer records: every backfill run (`_system/backfill_log`, one row per run
+with who, where, when, why, the window, the input and its content hash, rows and table versions
+before and after) and every move (`_system/offline_log`, the common audit log: a plan before
+the move's first commit, then the outcome).
+
+A bucket inside the window of a backfill is *owned* by it: `realtime_to_offline` never moves
+it again; a late realtime change to it is counted (shown by `lakehouse status`) and not
+applied, so a correction is never overwritten by the stream it corrected.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.core import system, tables
+from lakehouse.core.settings import Settings
+from lakehouse.offline import buckets
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+MOVE_PLANNED, MOVED = "move_planned", "moved"
+
+
+@dataclass(frozen=True)
+class BackfillRecord:
+    table: str
+    seq: int
+    status: str  # applied | no-op (the same input replayed)
+    window_from: datetime
+    window_to: datetime
+    input_path: str
+    input_format: str
+    content_hash: str
+    rows_before: int
+    rows_after: int
+    offline_version_before: int
+    offline_version_after: int
+    boundary_before: datetime | None
+    boundary_after: datetime | None
+    reason: str
+    user: str
+    host: str
+    at: datetime
+
+
+def backfill_schema() -> StructType:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    kinds = {int: LongType(), str: StringType(), datetime: TimestampType()}
+    hints = {
+        "seq": int,
+        "rows_before": int,
+        "rows_after": int,
+        "offline_version_before": int,
+        "offline_version_after": int,
+        "window_from": datetime,
+        "window_to": datetime,
+        "boundary_before": datetime,
+        "boundary_after": datetime,
+        "at": datetime,
+    }
+    return StructType(
+        [StructField(name, kinds[hints.get(name, str)]) for name in BackfillRecord.__annotations__]
+    )
+
+
+def backfills(spark: SparkSession, settings: Settings, table: str) -> DataFrame:
+    """Every backfill run of `table`, as recorded."""
+    location = system.path(settings, system.BACKFILL_LOG)
+    if not tables.exists(spark, location):
+        return spark.createDataFrame([], backfill_schema())
+    return spark.read.format("delta").load(location).where(f"`table` = '{table}'")
+
+
+def record_backfill(spark: SparkSession, settings: Settings, record: BackfillRecord) -> None:
+    location = system.path(settings, system.BACKFILL_LOG)
+    tables.create_table(spark, location, backfill_schema(), {"delta.appendOnly": "true"})
+    row = spark.createDataFrame([tuple(record.__dict__.values())], backfill_schema())
+    row.write.format("delta").mode("append").save(location)
+
+
+def who() -> tuple[str, str]:
+    return getpass.getuser(), socket.gethostname()
+
+
+def owned_buckets(
+    spark: SparkSession, settings: Settings, table: str, bucket: int
+) -> set[datetime]:
+    """The bucket starts inside the window of any applied backfill of `table`."""
+    windows = backfills(spark, settings, table).where("status = 'applied'")
+    owned: set[datetime] = set()
+    for row in windows.select("window_from", "window_to").distinct().collect():
+        owned.update(buckets.starts(row["window_from"], row["window_to"], bucket))
+    return owned
+
+
+def move_events(spark: SparkSession, settings: Settings, table: str) -> list[dict[str, Any]]:
+    """The plans and outcomes of `realtime_to_offline` for `table`, oldest first."""
+    return [
+        e
+        for e in system.read_log(spark, settings, system.OFFLINE_LOG, table)
+        if e["event"] in (MOVE_PLANNED, MOVED)
+    ]
+
+
+def record_move(
+    spark: SparkSession, settings: Settings, event: str, table: str, details: dict[str, Any]
+) -> None:
+    system.append_log(
+        spark, settings, system.OFFLINE_LOG, {"event": event, "subject": table, **details}
+    )

@@ -1,0 +1,246 @@
+"""A backfill's input, read and checked before anything is written: corrected records in a
+Delta table, Parquet, JSON lines or CSV, conformed to the realtime table's row schema.
+
+Every check counts and samples what fails: a value that does not fit its column's type, a
+column the table does not have or lacks, a record whose time is outside the window or cannot
+be read, a key given twice, a `quarantine` or `fail` expectation of the realtime table. Any of
+them refuses the whole backfill (`BackfillRefused`, with the report); `drop` expectations drop
+their rows and `warn` ones are counted, as in silver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.core import fs
+from lakehouse.core.errors import ContractViolation, UsageError
+from lakehouse.core.specs import OfflineTableSettings, SilverTableSettings
+from lakehouse.offline import buckets
+from lakehouse.offline.store import BUCKET, with_bucket
+from lakehouse.quality import expectations as rules
+from lakehouse.silver.transform import RESCUED
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+FORMATS = ("delta", "parquet", "json", "csv")
+_SAMPLE = 3
+
+
+@dataclass
+class Check:
+    """One failed check: what, how many rows, a sample."""
+
+    name: str
+    rows: int
+    sample: list[dict[str, Any]] = field(default_factory=list)
+
+    def line(self) -> str:
+        return f"{self.name}: {self.rows} row(s), e.g. {self.sample}"
+
+
+class BackfillRefused(ContractViolation):
+    """The input broke the table's contract; nothing was written."""
+
+    def __init__(self, table: str, checks: Sequence[Check]) -> None:
+        self.checks = list(checks)
+        detail = "; ".join(c.line() for c in checks)
+        super().__init__(f"backfill of offline.{table} refused, nothing written: {detail}")
+
+
+def guess_format(spark: SparkSession, path: str) -> str:
+    """delta (a directory with a `_delta_log`), else by the file or directory's extension."""
+    if fs.exists(spark, f"{path.rstrip('/')}/_delta_log"):
+        return "delta"
+    name = path.rstrip("/").rsplit("/", 1)[-1].lower()
+    for suffix, kind in (
+        (".parquet", "parquet"),
+        (".csv", "csv"),
+        (".json", "json"),
+        (".jsonl", "json"),
+        (".ndjson", "json"),
+    ):
+        if name.endswith(suffix):
+            return kind
+    names = [n.lower() for n in fs.list_names(spark, path)]
+    for kind, suffixes in (
+        ("parquet", (".parquet",)),
+        ("csv", (".csv",)),
+        ("json", (".json", ".jsonl", ".ndjson")),
+    ):
+        if any(n.endswith(suffixes) for n in names):
+            return kind
+    raise UsageError(
+        f"--input {path}: cannot tell its format (no _delta_log, no .parquet/.csv/.json "
+        f"files); pass --format one of {', '.join(FORMATS)}"
+    )
+
+
+def read(
+    spark: SparkSession, path: str, kind: str, schema: StructType
+) -> tuple[DataFrame, Check | None]:
+    """The input conformed to `schema` (the realtime row's columns), and the check of the
+    columns it has (missing or unknown ones). Text formats are read as strings and converted
+    here, so a number sent as a string is read, and a value that fits nowhere is caught."""
+    if not fs.exists(spark, path):
+        raise UsageError(f"--input {path}: no such file or directory")
+    if kind in ("json", "csv"):
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        text = StructType([StructField(f.name, StringType()) for f in schema.fields])
+        reader = spark.read.schema(text)
+        raw = reader.option("header", "true").csv(path) if kind == "csv" else reader.json(path)
+        present = _text_columns(spark, path, kind)
+    else:
+        raw = spark.read.format(kind).load(path)
+        present = raw.columns
+    wanted = [f.name for f in schema.fields]
+    missing = [c for c in wanted if c not in present and c != RESCUED]
+    unknown = [c for c in present if c not in wanted]
+    problem = None
+    if missing or unknown:
+        problem = Check(
+            f"columns: missing {missing or 'none'}, not in the table {unknown or 'none'}", 0
+        )
+    from pyspark.sql import functions as F
+
+    columns = [
+        (F.col(f"`{f.name}`") if f.name in present else F.lit(None)).alias(f"_raw_{f.name}")
+        for f in schema.fields
+    ]
+    conformed = raw.select(*columns).select(
+        "*",
+        *[
+            _convert(f"_raw_{f.name}", f.dataType, kind in ("json", "csv")).alias(f.name)
+            for f in schema.fields
+        ],
+    )
+    return conformed, problem
+
+
+def _text_columns(spark: SparkSession, path: str, kind: str) -> list[str]:
+    """The column names a JSON or CSV input actually carries."""
+    if kind == "csv":
+        return spark.read.option("header", "true").csv(path).columns
+    return spark.read.json(path).columns
+
+
+def _convert(raw: str, kind: DataType, text: bool) -> Column:
+    """The raw input column as `kind`; null when it does not fit (`check_values` finds those).
+    Text inputs carry a nested value as its JSON text."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StringType, StructType
+
+    column = F.col(f"`{raw}`")
+    if isinstance(kind, StringType):
+        return column.cast("string")
+    if text and isinstance(kind, StructType | ArrayType | MapType):
+        return F.from_json(column, kind.simpleString())
+    return column.try_cast(kind)
+
+
+def check_values(conformed: DataFrame, schema: StructType) -> Check | None:
+    """Values that did not fit their column's type (present in the input, null after)."""
+    from pyspark.sql import functions as F
+
+    failed = [
+        F.when(F.col(f"`_raw_{f.name}`").isNotNull() & F.col(f"`{f.name}`").isNull(), F.lit(f.name))
+        for f in schema.fields
+    ]
+    bad = conformed.withColumn("_bad", F.filter(F.array(*failed), lambda c: c.isNotNull())).where(
+        F.size("_bad") > 0
+    )
+    return _check("values that do not fit their column's type", bad, ["_bad", *_raw(schema)])
+
+
+def check_window(
+    rows: DataFrame, spec: OfflineTableSettings, start: datetime, end: datetime
+) -> Check | None:
+    """Records whose time is outside `[start, end)` or cannot be read."""
+    from pyspark.sql import functions as F
+
+    outside = rows.where(
+        F.col(BUCKET).isNull() | (F.col(BUCKET) < F.lit(start)) | (F.col(BUCKET) >= F.lit(end))
+    )
+    return _check(
+        f"records outside the window [{start.isoformat()}, {end.isoformat()}) or with a "
+        f"{spec.time_column} that cannot be read as {spec.time_format}",
+        outside,
+        [spec.time_column],
+    )
+
+
+def check_keys(rows: DataFrame, keys: Sequence[str]) -> Check | None:
+    """A key given twice would be served twice by the hybrid view."""
+    if not keys:
+        return None
+    from pyspark.sql import functions as F
+
+    twice = rows.groupBy(*[f"`{k}`" for k in keys]).count().where(F.col("count") > 1)
+    return _check(f"keys given more than once ({', '.join(keys)})", twice, [*keys, "count"])
+
+
+def check_rules(
+    rows: DataFrame, silver: SilverTableSettings
+) -> tuple[DataFrame, list[Check], dict[str, int]]:
+    """The realtime table's expectations over the input: (rows without those a drop rule
+    removes, the refusing failures of quarantine/fail rules, failures per rule)."""
+    declared = rules.from_settings(silver.expectations)
+    if not declared:
+        return rows, [], {}
+    evaluated = rules.evaluate(rows, declared).persist()
+    counts = {
+        name: failed for name, (_passed, failed) in rules.metrics(evaluated, declared).items()
+    }
+    refusing = []
+    for rule in declared:
+        if rule.action in ("quarantine", "fail") and counts[rule.name]:
+            failing = evaluated.where(rules.fails(declared, rule.name))
+            sample = [
+                r.asDict()
+                for r in failing.drop(*rules.mask_columns(len(declared))).limit(_SAMPLE).collect()
+            ]
+            refusing.append(
+                Check(f"expectation {rule.name!r} ({rule.action})", counts[rule.name], sample)
+            )
+    dropped = evaluated.where(~rules.fails_any(declared, ("drop",))).drop(
+        *rules.mask_columns(len(declared))
+    )
+    return dropped, refusing, counts
+
+
+def content_hash(rows: DataFrame, columns: Sequence[str]) -> str:
+    """A hash of the records whatever their order or file layout: the same rows hash alike."""
+    from pyspark.sql import functions as F
+
+    cols = [F.col(f"`{c}`") for c in columns]
+    row = rows.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.xxhash64(*cols).cast("decimal(38,0)")).alias("a"),
+        F.bit_xor(F.xxhash64(F.lit("salt"), *cols)).alias("b"),
+    ).collect()[0]
+    return hashlib.sha256(f"{row['n']}:{row['a']}:{row['b']}".encode()).hexdigest()
+
+
+def with_buckets(rows: DataFrame, spec: OfflineTableSettings) -> DataFrame:
+    return with_bucket(rows, spec)
+
+
+def _check(name: str, bad: DataFrame, show: Sequence[str]) -> Check | None:
+    sample = bad.select(*[f"`{c}`" for c in show]).limit(_SAMPLE).collect()
+    if not sample:
+        return None
+    return Check(name, bad.count(), [r.asDict() for r in sample])
+
+
+def _raw(schema: StructType) -> list[str]:
+    return [f"_raw_{f.name}" for f in schema.fields]
+
+
+def window_closes(end: datetime, spec: OfflineTableSettings) -> datetime:
+    return buckets.closes_at(end, spec.buffer_seconds)

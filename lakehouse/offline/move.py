@@ -1,0 +1,346 @@
+"""`realtime_to_offline`: closed time buckets of a realtime (silver) table move to its offline
+table, then the time boundary advances (Pinot's RealtimeToOfflineSegmentsTask, on Delta).
+
+A run:
+1. reads the realtime table's Change Data Feed since the version the previous move read, to
+   find *late* changes: changes to buckets already moved (Pinot never looks at a moved window
+   again; we do). Their buckets move again, unless a backfill owns them: then the changes are
+   counted, not applied (`lakehouse status` shows them);
+2. plans the move: every closed bucket (end plus buffer at or before now) from the boundary on,
+   plus the late buckets, at one realtime version. The plan is recorded in
+   `_system/offline_log` before the first commit;
+3. replaces exactly those buckets of the offline table with the realtime table's current rows
+   of that version, in one commit;
+4. moves the boundary to the end of the newest closed bucket; records the outcome.
+
+Idempotent: the plan fixes the realtime version (read by time travel) and the buckets, and both
+commits carry the plan's number as their Delta transaction, so a re-run, or a run after a crash
+anywhere in between, redoes the unfinished plan and commits nothing twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.core import current, faults, tables
+from lakehouse.core.errors import ContractViolation
+from lakehouse.core.jobs import base_parser
+from lakehouse.core.settings import Settings, SettingsError
+from lakehouse.core.specs import OfflineTableSettings, parse_duration
+from lakehouse.core.streaming import check_trigger, repeat
+from lakehouse.offline import audit, boundary, buckets, store
+from lakehouse.offline.buckets import instant_argument
+from lakehouse.offline.store import BUCKET
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+JOB = "realtime_to_offline"
+
+
+class UnreadableTimeError(ContractViolation):
+    """Live realtime rows whose time cannot be read: no bucket can hold them."""
+
+
+@dataclass(frozen=True)
+class MoveOptions:
+    table: str
+    now: datetime | None = None  # default: the clock
+    trigger: str = "available-now"
+    interval: str = "1m"  # between runs with --trigger continuous
+
+
+def move_parser() -> argparse.ArgumentParser:
+    parser = base_parser(JOB, "closed time buckets of a realtime table -> its offline table")
+    parser.add_argument("--table", required=True, help="an offline table from conf/*/offline.yml")
+    parser.add_argument(
+        "--now", type=instant_argument, help="judge closed buckets as of this instant"
+    )
+    parser.add_argument(
+        "--interval", default="1m", help="with --trigger continuous: time between runs (1m)"
+    )
+    return parser
+
+
+def options_from_args(args: argparse.Namespace) -> MoveOptions:
+    return MoveOptions(args.table, args.now, args.trigger, args.interval)
+
+
+def run(spark: SparkSession, settings: Settings, options: MoveOptions) -> None:
+    """The job: one move (available-now), or one every interval (continuous); prints each."""
+    try:
+        seconds = parse_duration(options.interval)
+    except ValueError as exc:
+        raise SettingsError(f"--interval: {exc}") from None
+    check_trigger(options.trigger)
+    repeat(
+        lambda: print(describe(realtime_to_offline(spark, settings, options)), flush=True),
+        options.trigger,
+        seconds,
+    )
+
+
+@dataclass
+class Plan:
+    """One move, fixed before its first commit (JSON-able: it is recorded)."""
+
+    n: int
+    realtime_version: int
+    range_start: str | None  # the boundary it starts from (None: from the first bucket)
+    range_end: str  # the end of the newest closed bucket
+    late: list[str] = field(default_factory=list)  # moved buckets to move again
+    ignored: dict[str, int] = field(default_factory=dict)  # owned bucket -> late changes
+
+    def buckets_sql(self, owned: set[datetime]) -> str:
+        """The buckets this plan replaces, minus those a backfill owns."""
+        parts = [f"{BUCKET} < {buckets.timestamp_sql(_at(self.range_end))}"]
+        if self.range_start:
+            parts.insert(0, f"{BUCKET} >= {buckets.timestamp_sql(_at(self.range_start))}")
+        new = " AND ".join(parts)
+        late = store.bucket_predicate_sql([_at(b) for b in self.late])
+        keep = store.bucket_predicate_sql(sorted(owned))
+        return f"(({new}) OR {late}) AND NOT ({keep})"
+
+
+@dataclass
+class MoveResult:
+    table: str
+    plan: Plan | None = None
+    rows: dict[str, int] = field(default_factory=dict)  # bucket -> rows moved
+    boundary_before: datetime | None = None
+    boundary_after: datetime | None = None
+    resumed: bool = False
+
+
+def realtime_to_offline(
+    spark: SparkSession, settings: Settings, options: MoveOptions
+) -> MoveResult:
+    """Move the closed buckets of offline table `options.table` (see the module docstring)."""
+    spec = settings.offline_table(options.table)
+    now = options.now if options.now is not None and options.trigger != "continuous" else None
+    now = now or buckets.utc_now()
+    rt_path = store.realtime_path(settings, spec)
+    off_path = store.offline_path(settings, options.table)
+    if not tables.exists(spark, rt_path):
+        raise SettingsError(
+            f"offline.{options.table}: its realtime table silver.{spec.realtime} does not exist "
+            f"yet; run refine_silver --table {spec.realtime} first"
+        )
+    realtime = spark.read.format("delta").load(rt_path)
+    columns = store.row_schema(realtime.schema).fieldNames()
+    if spec.time_column not in columns:
+        raise SettingsError(
+            f"offline.{options.table}.time_column {spec.time_column!r} is not a column of "
+            f"silver.{spec.realtime} (columns: {', '.join(columns)})"
+        )
+    store.ensure_table(spark, off_path, realtime.schema)
+    result = MoveResult(options.table)
+    before = boundary.current(spark, settings, options.table)
+    result.boundary_before = before.boundary if before else None
+    pending, done = _progress(spark, settings, options.table)
+    if pending is not None:
+        plan, result.resumed = pending, True
+        log.info("%s: resuming unfinished move %d", options.table, plan.n)
+    else:
+        planned = _plan(spark, settings, options.table, spec, now, before, done)
+        if planned is None:
+            result.boundary_after = result.boundary_before
+            return result
+        plan = planned
+        audit.record_move(spark, settings, audit.MOVE_PLANNED, options.table, asdict(plan))
+    result.plan = plan
+    _execute(spark, settings, options.table, spec, plan, result)
+    return result
+
+
+def _progress(
+    spark: SparkSession, settings: Settings, table: str
+) -> tuple[Plan | None, dict[str, Any] | None]:
+    """(an unfinished plan, the last finished move)."""
+    events = audit.move_events(spark, settings, table)
+    done = next((e for e in reversed(events) if e["event"] == audit.MOVED), None)
+    planned = next((e for e in reversed(events) if e["event"] == audit.MOVE_PLANNED), None)
+    if planned is not None and (done is None or planned["n"] > done["n"]):
+        fields = {k: planned[k] for k in Plan.__dataclass_fields__}
+        return Plan(**fields), done
+    return None, done
+
+
+def _plan(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    spec: OfflineTableSettings,
+    now: datetime,
+    before: boundary.Boundary | None,
+    done: dict[str, Any] | None,
+) -> Plan | None:
+    """The next move, or None when there is nothing to do."""
+    rt_path = store.realtime_path(settings, spec)
+    version = tables.latest_version(spark, rt_path)
+    start = before.boundary if before else None
+    end = buckets.closed_until(now, spec.bucket_seconds, spec.buffer_seconds)
+    if start is not None and end < start:
+        end = start  # the clock is behind the boundary (a backfill or a hand set moved it)
+    last_version = int(done["realtime_version"]) if done else None
+    changed = _changed_buckets(spark, rt_path, spec, table, last_version, version)
+    owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
+    moved_before = [b for b in changed if start is not None and b < start]
+    late = sorted(b for b in moved_before if b not in owned)
+    ignored = {b.isoformat(): changed[b] for b in sorted(moved_before) if b in owned}
+    if last_version == version and (start is not None and end <= start) and not late:
+        return None
+    n = int(done["n"]) + 1 if done else 1
+    return Plan(
+        n=n,
+        realtime_version=version,
+        range_start=start.isoformat() if start else None,
+        range_end=end.isoformat(),
+        late=[b.isoformat() for b in late],
+        ignored=ignored,
+    )
+
+
+def _changed_buckets(
+    spark: SparkSession,
+    rt_path: str,
+    spec: OfflineTableSettings,
+    table: str,
+    since: int | None,
+    until: int,
+) -> dict[datetime, int]:
+    """The buckets the realtime changes in versions (since, until] touched, with how many
+    changes each (a change touches the buckets of its old and its new time). Refuses live
+    rows whose time cannot be read. The first run (since None) checks every live row."""
+    if since is None:
+        live = current.live_rows(
+            spark.read.format("delta").option("versionAsOf", until).load(rt_path)
+        )
+        _refuse_unreadable(store.with_bucket(live, spec), spec, table)
+        return {}
+    if since >= until:
+        return {}
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", since + 1)
+        .option("endingVersion", until)
+        .load(rt_path)
+    )
+    images = store.with_bucket(feed, spec)
+    post = images.where("_change_type IN ('insert', 'update_postimage')")
+    condition = current.live_condition(feed.columns)
+    _refuse_unreadable(post.where(condition) if condition else post, spec, table)
+    counts = (
+        images.where(f"_change_type <> 'update_preimage' AND {BUCKET} IS NOT NULL")
+        .groupBy(BUCKET)
+        .count()
+        .collect()
+    )
+    touched = {r[BUCKET]: int(r["count"]) for r in counts}
+    for row in (
+        images.where(f"_change_type = 'update_preimage' AND {BUCKET} IS NOT NULL")
+        .select(BUCKET)
+        .distinct()
+        .collect()
+    ):
+        touched.setdefault(row[BUCKET], 0)  # the old bucket of a row that moved in time
+    return touched
+
+
+def _refuse_unreadable(rows: DataFrame, spec: OfflineTableSettings, table: str) -> None:
+    bad = rows.where(f"{BUCKET} IS NULL")
+    sample = bad.limit(3).collect()
+    if sample:
+        count = bad.count()
+        raise UnreadableTimeError(
+            f"offline.{table}: {count} live row(s) of silver.{spec.realtime} have a "
+            f"{spec.time_column} that cannot be read as {spec.time_format} (e.g. "
+            f"{[r[spec.time_column] for r in sample]}); no bucket can hold them, so nothing "
+            f"was moved. Repair them in silver.{spec.realtime}, or stop them with an "
+            f"expectation such as `{spec.time_column} IS NOT NULL` (action quarantine)"
+        )
+
+
+def _execute(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    spec: OfflineTableSettings,
+    plan: Plan,
+    result: MoveResult,
+) -> None:
+    """Commit the plan: the offline buckets, then the boundary, then the record."""
+    from pyspark.sql import functions as F
+
+    rt_path, off_path = store.realtime_path(settings, spec), store.offline_path(settings, table)
+    app_id = f"{JOB}:{table}"
+    owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
+    where = plan.buckets_sql(owned)
+    rows = store.realtime_rows(spark, rt_path, plan.realtime_version, spec).where(F.expr(where))
+    columns = spark.read.format("delta").load(off_path).columns
+    rows = rows.select(*[f"`{c}`" for c in columns if c in rows.columns])
+    counts = rows.groupBy(BUCKET).count().collect()
+    result.rows = {r[BUCKET].isoformat(): int(r["count"]) for r in counts}
+    store.replace_where(rows, off_path, where, app_id, plan.n)
+    faults.point("after_offline_commit")
+    end = _at(plan.range_end)
+    moved = boundary.current(spark, settings, table)
+    if moved is None or end > moved.boundary:
+        moved = boundary.move(
+            spark,
+            settings,
+            table,
+            end,
+            JOB,
+            f"move-{plan.n}",
+            tables.latest_version(spark, off_path),
+            reason="closed buckets moved",
+            txn=(app_id, plan.n),
+        )
+    faults.point("after_boundary_commit")
+    result.boundary_after = moved.boundary
+    audit.record_move(
+        spark,
+        settings,
+        audit.MOVED,
+        table,
+        {
+            "n": plan.n,
+            "realtime_version": plan.realtime_version,
+            "offline_version": tables.latest_version(spark, off_path),
+            "rows": result.rows,
+            "late": plan.late,
+            "ignored": plan.ignored,
+            "boundary": moved.boundary.isoformat(),
+        },
+    )
+
+
+def _at(iso: str) -> datetime:
+    return datetime.fromisoformat(iso)
+
+
+def describe(result: MoveResult) -> str:
+    """The one line the job prints."""
+    if result.plan is None:
+        return f"offline.{result.table}: nothing to move (boundary {_show(result.boundary_after)})"
+    moved = sum(result.rows.values())
+    ignored = sum(result.plan.ignored.values())
+    return (
+        f"offline.{result.table}: {'resumed move' if result.resumed else 'move'} "
+        f"{result.plan.n} at realtime version {result.plan.realtime_version}: {moved} row(s) in "
+        f"{len(result.rows)} bucket(s), {len(result.plan.late)} late bucket(s) moved again"
+        + (f", {ignored} late change(s) to backfilled buckets not applied" if ignored else "")
+        + f"; boundary {_show(result.boundary_before)} -> {_show(result.boundary_after)}"
+    )
+
+
+def _show(at: datetime | None) -> str:
+    return at.isoformat() if at else "none"

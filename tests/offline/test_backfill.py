@@ -1,0 +1,320 @@
+"""backfill against real Delta tables: exactly the window's partitions are replaced in one
+commit, bad input is refused before anything is written, every run is recorded, a replay is a
+no-op, and the boundary follows the newest offline data."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from lakehouse.core import tables
+from lakehouse.core.errors import UsageError
+from lakehouse.core.settings import Settings
+from lakehouse.offline import audit, boundary, hybrid, store
+from lakehouse.offline.backfill import BackfillOptions, backfill
+from lakehouse.offline.backfill_input import BackfillRefused
+from lakehouse.offline.move import MoveOptions, realtime_to_offline
+from tests.offline.helpers import (
+    T0,
+    Order,
+    frame,
+    offline_rows,
+    offline_setup,
+    order,
+    upsert,
+)
+
+H = timedelta(hours=1)
+NOW = T0 + 8 * H + timedelta(minutes=1)  # [00:00, 08:00) closed
+
+
+def write_jsonl(path: Path, orders: list[Order], extra: dict[str, Any] | None = None) -> str:
+    """JSON lines as a feed sends them: numbers as strings for the money."""
+    with path.open("w") as out:
+        for o in orders:
+            record = {
+                "order_id": o[0],
+                "customer_id": o[1],
+                "order_status": o[2],
+                "amount": str(o[3]),
+                "ts": o[4],
+                **(extra or {}),
+            }
+            out.write(json.dumps(record) + "\n")
+    return str(path)
+
+
+def run(
+    spark: SparkSession,
+    settings: Settings,
+    offline: str,
+    path: str,
+    start: datetime,
+    end: datetime,
+    **options: Any,
+) -> Any:
+    return backfill(spark, settings, BackfillOptions(offline, path, start, end, now=NOW, **options))
+
+
+@pytest.fixture
+def moved(spark: SparkSession, settings: Settings) -> tuple[str, Settings, list[Order]]:
+    """Four buckets of orders moved offline; the boundary at 08:00."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]  # one per 2h bucket
+    upsert(spark, settings, offline, orders)
+    realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+    return offline, settings, orders
+
+
+def files_by_bucket(spark: SparkSession, path: str, version: int) -> dict[str, set[str]]:
+    """The data files the log has at `version`, per partition value."""
+    from delta.tables import DeltaTable  # noqa: F401 - the session has Delta
+
+    files = spark.read.format("delta").option("versionAsOf", version).load(path).inputFiles()
+    result: dict[str, set[str]] = {}
+    for name in files:
+        part = next(p for p in name.split("/") if p.startswith(f"{store.BUCKET}="))
+        result.setdefault(part, set()).add(name)
+    return result
+
+
+def test_a_backfill_replaces_only_its_window_in_one_commit(
+    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+) -> None:
+    offline, settings, orders = moved
+    path = store.offline_path(settings, offline)
+    before = tables.latest_version(spark, path)
+    files_before = files_by_bucket(spark, path, before)
+    fixed = [order(1, T0 + 2.5 * H, "12.34"), order(10, T0 + 3 * H, "5.00")]
+    report = run(
+        spark,
+        settings,
+        offline,
+        write_jsonl(tmp_path / "fix.jsonl", fixed),
+        T0 + 2 * H,
+        T0 + 4 * H,
+        reason="refund repriced",
+    )
+
+    after = tables.latest_version(spark, path)
+    assert after == before + 1  # one commit
+    files_after = files_by_bucket(spark, path, after)
+    window = [k for k in files_after if "02%3A00" in k or "02:00" in k]
+    assert len(window) == 1
+    # Neighbouring buckets: the very same files, untouched.
+    for part, names in files_before.items():
+        if part not in window:
+            assert files_after[part] == names
+    expected = [orders[0], *fixed, orders[2], orders[3]]
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline),
+        frame(spark, expected),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    assert report.status == "applied"
+    (record,) = audit.backfills(spark, settings, offline).collect()
+    assert (
+        record["status"],
+        record["window_from"],
+        record["window_to"],
+        record["rows_before"],
+        record["rows_after"],
+        record["offline_version_before"],
+        record["offline_version_after"],
+        record["reason"],
+        record["input_format"],
+        record["content_hash"],
+    ) == (
+        "applied",
+        T0 + 2 * H,
+        T0 + 4 * H,
+        1,
+        2,
+        before,
+        after,
+        "refund repriced",
+        "json",
+        report.content_hash,
+    )
+    assert record["user"]
+    assert record["host"]
+    assert record["input_path"].endswith("fix.jsonl")
+
+
+def test_the_same_input_replayed_is_a_no_op(
+    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+) -> None:
+    offline, settings, _orders = moved
+    source = write_jsonl(tmp_path / "fix.jsonl", [order(1, T0 + 2.5 * H, "12.34")])
+    run(spark, settings, offline, source, T0 + 2 * H, T0 + 4 * H)
+    version = tables.latest_version(spark, store.offline_path(settings, offline))
+    report = run(spark, settings, offline, source, T0 + 2 * H, T0 + 4 * H)
+    assert report.status == "no-op"
+    assert tables.latest_version(spark, store.offline_path(settings, offline)) == version
+    statuses = [
+        r["status"] for r in audit.backfills(spark, settings, offline).orderBy("seq").collect()
+    ]
+    assert statuses == ["applied", "no-op"]
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(
+    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+) -> None:
+    offline, settings, _orders = moved
+    version = tables.latest_version(spark, store.offline_path(settings, offline))
+    fixed = [order(1, T0 + 2.5 * H, "12.34"), order(10, T0 + 3 * H, "5.00")]
+    report = run(
+        spark,
+        settings,
+        offline,
+        write_jsonl(tmp_path / "f.jsonl", fixed),
+        T0 + 2 * H,
+        T0 + 4 * H,
+        dry_run=True,
+    )
+    assert report.status == "dry-run"
+    assert tables.latest_version(spark, store.offline_path(settings, offline)) == version
+    assert audit.backfills(spark, settings, offline).count() == 0
+    diff = report.buckets[T0 + 2 * H]
+    assert (diff.before, diff.after, diff.only_before, diff.only_after) == (1, 2, 1, 2)
+    assert "02:00:00" in report.render()
+
+
+@pytest.mark.parametrize(
+    ("rows", "extra", "message"),
+    [
+        ([order(1, T0 + 5 * H)], None, "records outside the window"),
+        ([order(1, T0 + 2.5 * H), order(1, T0 + 3 * H)], None, "keys given more than once"),
+        ([order(1, T0 + 2.5 * H)], {"note": "x"}, r"not in the table \['note'\]"),
+        ([(1, 1, "paid", "lots", 0)], None, "values that do not fit"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_written(
+    spark: SparkSession,
+    moved: tuple[str, Settings, list[Order]],
+    tmp_path: Path,
+    rows: list[Order],
+    extra: dict[str, Any] | None,
+    message: str,
+) -> None:
+    offline, settings, _orders = moved
+    version = tables.latest_version(spark, store.offline_path(settings, offline))
+    with pytest.raises(BackfillRefused, match=message):
+        run(
+            spark,
+            settings,
+            offline,
+            write_jsonl(tmp_path / "bad.jsonl", rows, extra),
+            T0 + 2 * H,
+            T0 + 4 * H,
+        )
+    assert tables.latest_version(spark, store.offline_path(settings, offline)) == version
+    assert audit.backfills(spark, settings, offline).count() == 0
+
+
+def test_windows_off_the_edges_or_not_closed_are_refused(
+    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+) -> None:
+    offline, settings, _orders = moved
+    source = write_jsonl(tmp_path / "f.jsonl", [order(1, T0 + 2.5 * H)])
+    with pytest.raises(UsageError, match="not on a bucket edge"):
+        run(spark, settings, offline, source, T0 + H, T0 + 4 * H)
+    with pytest.raises(UsageError, match=r"not closed yet: it closes at 2026-01-01T10:01:00"):
+        run(spark, settings, offline, source, T0 + 8 * H, T0 + 10 * H)
+
+
+def test_a_window_past_the_boundary_moves_the_gap_and_the_boundary(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    """Buckets [00:00, 02:00) moved; a backfill of [04:00, 06:00) also moves [02:00, 04:00)
+    from realtime in the same commit, so the view has no gap, and owns its window."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    realtime_to_offline(spark, settings, MoveOptions(offline, T0 + 2 * H + timedelta(minutes=1)))
+    assert boundary.current(spark, settings, offline).boundary == T0 + 2 * H  # type: ignore[union-attr]
+    fixed = [order(2, T0 + 4.5 * H, "77.00")]
+    report = run(
+        spark, settings, offline, write_jsonl(tmp_path / "f.jsonl", fixed), T0 + 4 * H, T0 + 6 * H
+    )
+    assert report.hole == [T0 + 2 * H]
+    assert boundary.current(spark, settings, offline).boundary == T0 + 6 * H  # type: ignore[union-attr]
+    ids = sorted(r["order_id"] for r in offline_rows(spark, settings, offline).collect())
+    assert ids == [0, 1, 2]
+    expected = [orders[0], orders[1], fixed[0], orders[3]]
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline),
+        frame(spark, expected),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+    # A late realtime change to the backfilled bucket is counted, not applied; one to a
+    # bucket the realtime path moved is moved again.
+    late = [order(2, T0 + 4.75 * H, "1.00"), order(1, T0 + 2.5 * H, "2.00")]
+    upsert(spark, settings, offline, late)
+    realtime_to_offline(spark, settings, MoveOptions(offline, T0 + 6 * H + timedelta(minutes=1)))
+    (last,) = [e for e in audit.move_events(spark, settings, offline) if e["event"] == "moved"][-1:]
+    assert last["ignored"] == {(T0 + 4 * H).isoformat(): 1}
+    assert last["late"] == [(T0 + 2 * H).isoformat()]
+    expected = [orders[0], late[1], fixed[0], orders[3]]
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline),
+        frame(spark, expected),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_expectations_of_the_realtime_table_guard_the_input(
+    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+) -> None:
+    from dataclasses import replace
+
+    from lakehouse.core.specs import ExpectationSettings
+
+    offline, settings, _orders = moved
+    realtime = settings.offline_table(offline).realtime
+    rules = (
+        ExpectationSettings("amount_not_negative", "quarantine", sql="amount >= 0"),
+        ExpectationSettings("not_a_test", "drop", sql="customer_id <> 999"),
+    )
+    settings = replace(
+        settings,
+        silver={
+            **settings.silver,
+            realtime: replace(settings.silver[realtime], expectations=rules),
+        },
+    )
+    negative: Order = (5, 1, "paid", Decimal("-1.00"), order(5, T0 + 2.5 * H)[4])
+    with pytest.raises(BackfillRefused, match=r"expectation 'amount_not_negative' \(quarantine\)"):
+        run(
+            spark,
+            settings,
+            offline,
+            write_jsonl(tmp_path / "n.jsonl", [negative]),
+            T0 + 2 * H,
+            T0 + 4 * H,
+        )
+    kept, dropped = order(6, T0 + 2.5 * H), order(7, T0 + 3 * H, customer=999)
+    report = run(
+        spark,
+        settings,
+        offline,
+        write_jsonl(tmp_path / "d.jsonl", [kept, dropped]),
+        T0 + 2 * H,
+        T0 + 4 * H,
+    )
+    assert report.rule_failures == {"amount_not_negative": 0, "not_a_test": 1}
+    window = offline_rows(spark, settings, offline).where(
+        f"{store.BUCKET} = TIMESTAMP'2026-01-01 02:00:00'"
+    )
+    assert [r["order_id"] for r in window.collect()] == [6]

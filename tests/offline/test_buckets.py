@@ -1,0 +1,141 @@
+"""Bucket arithmetic and time decoding: UTC, half-open buckets, every time encoding."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.core.settings import SettingsError, load_settings
+from lakehouse.core.specs import parse_duration
+from lakehouse.offline import buckets
+
+T = datetime(2026, 3, 29, 0, 0)  # a DST change day in Europe: nothing changes in UTC
+
+
+def test_durations() -> None:
+    assert [parse_duration(d) for d in ("30s", "15m", "2h", "1d", " 90m ")] == [
+        30,
+        900,
+        7200,
+        86400,
+        5400,
+    ]
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration("2 hours")
+
+
+def test_floor_edges_and_closed_buckets_with_a_buffer() -> None:
+    two_h, minute = 7200, 60
+    assert buckets.floor(T + timedelta(hours=3, minutes=59), two_h) == T + timedelta(hours=2)
+    assert buckets.floor(T + timedelta(hours=4), two_h) == T + timedelta(hours=4)  # on the edge
+    assert buckets.floor(datetime(1969, 12, 31, 23), two_h) == datetime(1969, 12, 31, 22)
+    assert buckets.is_edge(T + timedelta(hours=2), two_h)
+    assert not buckets.is_edge(T + timedelta(hours=1), two_h)
+    assert not buckets.is_edge(T + timedelta(hours=2, microseconds=1), two_h)
+    # [02:00, 04:00) closes at 04:01: not at 04:00:59, exactly at 04:01.
+    assert buckets.closed_until(T + timedelta(hours=4, seconds=59), two_h, minute) == T + timedelta(
+        hours=2
+    )
+    assert buckets.closed_until(T + timedelta(hours=4, minutes=1), two_h, minute) == T + timedelta(
+        hours=4
+    )
+    # No buffer: a bucket is closed at its end.
+    assert buckets.closed_until(T + timedelta(hours=4), two_h, 0) == T + timedelta(hours=4)
+    assert buckets.starts(T, T + timedelta(hours=6), two_h) == [
+        T,
+        T + timedelta(hours=2),
+        T + timedelta(hours=4),
+    ]
+
+
+def test_instants_from_flags() -> None:
+    assert buckets.parse_instant("2026-01-01T04:00:00Z") == datetime(2026, 1, 1, 4)
+    assert buckets.parse_instant("2026-01-01T05:00:00+01:00") == datetime(2026, 1, 1, 4)
+    assert buckets.parse_instant("2026-01-01") == datetime(2026, 1, 1)
+    assert buckets.parse_instant("1767240000000") == datetime(2026, 1, 1, 4)
+    with pytest.raises(ValueError, match="not an instant"):
+        buckets.parse_instant("tomorrow")
+
+
+@pytest.mark.parametrize(
+    ("time_format", "kind", "values"),
+    [
+        ("epoch_ms", "bigint", [1767240000000, 1767247199999, None]),
+        ("epoch_ms", "string", ["1767240000000", "1767247199999", "soon"]),
+        ("epoch_s", "bigint", [1767240000, 1767247199, None]),
+        ("epoch_s", "string", ["1767240000", " 1767247199", "x"]),
+        (
+            "iso8601",
+            "string",
+            ["2026-01-01T04:00:00Z", "2026-01-01 05:59:59.999+00:00", "01/01/2026"],
+        ),
+        ("iso8601", "string", ["2026-01-01T05:00:00+01:00", "2026-01-01T05:59:59.999", ""]),
+        ("timestamp", "timestamp", [datetime(2026, 1, 1, 4), datetime(2026, 1, 1, 5, 59), None]),
+    ],
+)
+def test_every_encoding_lands_in_its_bucket_and_an_unreadable_one_is_null(
+    spark: SparkSession, time_format: str, kind: str, values: list[object]
+) -> None:
+    frame = spark.createDataFrame([(i, v) for i, v in enumerate(values)], f"i int, t {kind}")
+    time = buckets.event_time("t", time_format)
+    got = frame.select("i", buckets.bucket_start(time, 7200).alias("bucket"))
+    four = datetime(2026, 1, 1, 4)
+    expected = spark.createDataFrame([(0, four), (1, four), (2, None)], "i int, bucket timestamp")
+    assert_df_equality(got, expected, ignore_nullable=True, ignore_row_order=True)
+
+
+def test_the_realtime_side_keeps_rows_from_the_boundary_on_and_unreadable_ones(
+    spark: SparkSession,
+) -> None:
+    boundary = datetime(2026, 1, 1, 4)
+    rows = spark.createDataFrame(
+        [(1, 1767239999999), (2, 1767240000000), (3, None)], "i int, ts bigint"
+    )
+    sql = buckets.not_before_sql("ts", "epoch_ms", rows.schema["ts"].dataType, boundary)
+    assert sorted(r["i"] for r in rows.where(F.expr(sql)).collect()) == [2, 3]
+    as_text = rows.selectExpr("i", "CAST(ts AS STRING) AS ts")
+    sql = buckets.not_before_sql("ts", "epoch_ms", as_text.schema["ts"].dataType, boundary)
+    assert sorted(r["i"] for r in as_text.where(F.expr(sql)).collect()) == [2, 3]
+
+
+def write_offline_conf(tmp_path: Path, change: str) -> Path:
+    fields = {"realtime": "orders", "time_column": "ts", "bucket": "2h", "buffer": "1m"}
+    key, value = change.split(": ")
+    fields[key] = value
+    base = tmp_path / "conf" / "base"
+    base.mkdir(parents=True)
+    (base / "pipeline.yml").write_text(
+        "sources: {o: {kind: events, topics: [o]}}\n"
+        'silver: {orders: {source: o, mode: append, schema: "id BIGINT, ts BIGINT"}}\n'
+        "offline:\n  orders_offline: {" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}\n"
+    )
+    return tmp_path / "conf"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("realtime: nope", r"'offline.orders_offline.realtime' 'nope': no such silver table"),
+        ("bucket: 7h", r"'bucket' '7h' does not divide a day"),
+        ("buffer: -1m", r"'buffer' '-1m' is negative"),
+        ("time_format: epoch_us", r"'time_format' must be one of"),
+        ("bucket: soon", r"'soon' is not a duration"),
+    ],
+)
+def test_bad_offline_config_names_the_file_and_the_key(
+    tmp_path: Path, change: str, message: str
+) -> None:
+    with pytest.raises(SettingsError, match=message) as err:
+        load_settings("base", conf_dir=write_offline_conf(tmp_path, change))
+    assert str(err.value).startswith("conf/base/pipeline.yml: ")
+
+
+def test_good_offline_config_loads_with_its_view_name(tmp_path: Path) -> None:
+    settings = load_settings("base", conf_dir=write_offline_conf(tmp_path, "bucket: 15m"))
+    table = settings.offline["orders_offline"]
+    assert (table.view, table.bucket_seconds, table.buffer_seconds) == ("orders_hybrid", 900, 60)

@@ -1,0 +1,231 @@
+"""realtime_to_offline against real Delta tables: closed buckets move, the boundary follows,
+late changes move again, re-runs and crashes commit nothing twice; the hybrid view equals a
+model of the orders at every step."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import yaml
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from lakehouse.core import tables
+from lakehouse.core.faults import FAULT_ENV
+from lakehouse.core.settings import Settings, project_root
+from lakehouse.offline import audit, boundary, hybrid, store
+from lakehouse.offline.move import MoveOptions, UnreadableTimeError, realtime_to_offline
+from tests.bronze.helpers import run_job
+from tests.offline.helpers import (
+    ORDER_COLUMNS,
+    T0,
+    Order,
+    delete,
+    frame,
+    offline_rows,
+    offline_setup,
+    order,
+    upsert,
+)
+
+H = timedelta(hours=1)
+
+
+def move(spark: SparkSession, settings: Settings, offline: str, now: datetime) -> None:
+    realtime_to_offline(spark, settings, MoveOptions(offline, now))
+
+
+def assert_hybrid(
+    spark: SparkSession, settings: Settings, offline: str, model: list[Order]
+) -> None:
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline),
+        frame(spark, model),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def buckets_of(spark: SparkSession, settings: Settings, offline: str) -> dict[datetime, list[int]]:
+    rows = offline_rows(spark, settings, offline).select("order_id", store.BUCKET).collect()
+    result: dict[datetime, list[int]] = {}
+    for r in rows:
+        result.setdefault(r[store.BUCKET], []).append(r["order_id"])
+    return {b: sorted(ids) for b, ids in result.items()}
+
+
+def boundaries(spark: SparkSession, settings: Settings, offline: str) -> list[datetime]:
+    history = boundary.history(spark, settings, offline).orderBy("seq").collect()
+    return [r["boundary"] for r in history]
+
+
+def test_closed_buckets_move_and_the_boundary_follows(
+    spark: SparkSession, settings: Settings
+) -> None:
+    offline, settings = offline_setup(spark, settings)
+    orders = [
+        order(1, T0 + timedelta(minutes=30)),
+        order(2, T0 + 2 * H - timedelta(milliseconds=1)),  # the last instant of [00:00, 02:00)
+        order(3, T0 + 2 * H),  # exactly on the edge: the next bucket
+        order(4, T0 + 3.5 * H),
+        order(5, T0 + 4.5 * H),
+    ]
+    upsert(spark, settings, offline, orders)
+    assert_hybrid(spark, settings, offline, orders)  # nothing offline yet: all realtime
+
+    # 04:00:30 with a 1 minute buffer: [02:00, 04:00) closes at 04:01, so only [00:00, 02:00).
+    move(spark, settings, offline, T0 + 4 * H + timedelta(seconds=30))
+    assert buckets_of(spark, settings, offline) == {T0: [1, 2]}
+    assert boundaries(spark, settings, offline) == [T0 + 2 * H]
+    assert_hybrid(spark, settings, offline, orders)
+
+    move(spark, settings, offline, T0 + 4 * H + timedelta(minutes=1))
+    assert buckets_of(spark, settings, offline) == {T0: [1, 2], T0 + 2 * H: [3, 4]}
+    assert boundaries(spark, settings, offline) == [T0 + 2 * H, T0 + 4 * H]
+    assert_hybrid(spark, settings, offline, orders)
+
+    # A re-run with nothing new commits nothing.
+    version = tables.latest_version(spark, store.offline_path(settings, offline))
+    move(spark, settings, offline, T0 + 4 * H + timedelta(minutes=1))
+    assert tables.latest_version(spark, store.offline_path(settings, offline)) == version
+    assert boundaries(spark, settings, offline) == [T0 + 2 * H, T0 + 4 * H]
+
+    # An empty bucket [06:00, 08:00) closes like any other: the boundary passes it.
+    move(spark, settings, offline, T0 + 8 * H + timedelta(minutes=1))
+    assert buckets_of(spark, settings, offline) == {
+        T0: [1, 2],
+        T0 + 2 * H: [3, 4],
+        T0 + 4 * H: [5],
+    }
+    assert boundaries(spark, settings, offline)[-1] == T0 + 8 * H
+    assert_hybrid(spark, settings, offline, orders)
+
+
+def test_late_changes_to_moved_buckets_move_again(spark: SparkSession, settings: Settings) -> None:
+    offline, settings = offline_setup(spark, settings)
+    first = [order(1, T0 + 0.5 * H), order(2, T0 + H), order(3, T0 + 2.5 * H)]
+    upsert(spark, settings, offline, first)
+    now = T0 + 4 * H + timedelta(minutes=5)
+    move(spark, settings, offline, now)
+    assert buckets_of(spark, settings, offline) == {T0: [1, 2], T0 + 2 * H: [3]}
+
+    # Late: order 1 re-priced, order 2 deleted, order 4 arrives for [00:00, 02:00), order 3
+    # moves from [02:00, 04:00) to [00:00, 02:00).
+    repriced, moved_back, late = (
+        order(1, T0 + 0.5 * H, "99.00"),
+        order(3, T0 + 1.5 * H),
+        order(4, T0 + 0.25 * H),
+    )
+    upsert(spark, settings, offline, [repriced, moved_back, late])
+    delete(spark, settings, offline, [2])
+    # Until the next move the view serves what was moved (a consistent, older state).
+    assert_hybrid(spark, settings, offline, first)
+
+    move(spark, settings, offline, now)
+    assert buckets_of(spark, settings, offline) == {T0: [1, 3, 4]}
+    assert_hybrid(spark, settings, offline, [repriced, moved_back, late])
+    (last,) = [e for e in audit.move_events(spark, settings, offline) if e["event"] == "moved"][-1:]
+    assert sorted(last["late"]) == [T0.isoformat(), (T0 + 2 * H).isoformat()]
+
+
+def test_unreadable_time_stops_the_move_naming_table_and_column(
+    spark: SparkSession, settings: Settings
+) -> None:
+    offline, settings = offline_setup(spark, settings)
+    upsert(spark, settings, offline, [order(1, T0)])
+    bad: Order = (2, 1, "paid", Decimal("1.00"), None)  # type: ignore[assignment]
+    upsert(spark, settings, offline, [bad])
+    with pytest.raises(UnreadableTimeError) as err:
+        move(spark, settings, offline, T0 + 4 * H)
+    assert str(err.value).startswith(
+        f"offline.{offline}: 1 live row(s) of silver.{settings.offline_table(offline).realtime} "
+        "have a ts that cannot be read as epoch_ms"
+    )
+    assert boundary.current(spark, settings, offline) is None
+    # The row stays visible in the view (realtime side), never silently dropped.
+    assert_hybrid(spark, settings, offline, [order(1, T0), bad])
+
+
+def job_env(settings: Settings, offline: str, tmp_path: Path) -> dict[str, str]:
+    """A conf overlay declaring the test's tables, for the job as a subprocess."""
+    conf = tmp_path / "conf"
+    shutil.copytree(project_root() / "conf", conf, ignore=shutil.ignore_patterns("local"))
+    spec = settings.offline_table(offline)
+    realtime = settings.silver_table(spec.realtime)
+    (conf / "test" / "offline_job.yml").write_text(
+        yaml.safe_dump(
+            {
+                "sources": {"unused": {"kind": "events", "topics": ["unused"]}},
+                "silver": {
+                    spec.realtime: {
+                        "source": "unused",
+                        "mode": realtime.mode,
+                        "schema": ORDER_COLUMNS,
+                        "keys": list(realtime.keys),
+                        "sequence_by": realtime.sequence_by,
+                    }
+                },
+                "offline": {
+                    offline: {
+                        "realtime": spec.realtime,
+                        "time_column": spec.time_column,
+                        "bucket": spec.bucket,
+                        "buffer": spec.buffer,
+                    }
+                },
+            }
+        )
+    )
+    env = dict(os.environ)
+    env.update({"LAKEHOUSE__STORAGE__ROOT": settings.storage.root, "LAKEHOUSE_CONF_DIR": str(conf)})
+    return env
+
+
+@pytest.mark.parametrize("fault", ["after_offline_commit", "after_boundary_commit"])
+def test_a_crash_between_commits_then_a_rerun_ends_as_one_uninterrupted_run(
+    spark: SparkSession, settings: Settings, tmp_path: Path, fault: str
+) -> None:
+    orders = [order(1, T0 + 0.5 * H), order(2, T0 + 2.5 * H), order(3, T0 + 5 * H)]
+    crashed, settings = offline_setup(spark, settings)
+    upsert(spark, settings, crashed, orders)
+    twin, settings = offline_setup(spark, settings)
+    upsert(spark, settings, twin, orders)
+    now = (T0 + 4 * H + timedelta(minutes=1)).isoformat()
+
+    env = job_env(settings, crashed, tmp_path)
+    done = run_job(
+        "realtime_to_offline", ["--table", crashed, "--now", now], {**env, FAULT_ENV: fault}
+    )
+    assert done.returncode == -9, done.stderr[-2000:]
+    # Mid-crash the view is one consistent state: the same rows.
+    assert_hybrid(spark, settings, crashed, orders)
+    done = run_job("realtime_to_offline", ["--table", crashed, "--now", now], env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "boundary" in done.stdout
+
+    move(spark, settings, twin, T0 + 4 * H + timedelta(minutes=1))
+    columns = [c for c in offline_rows(spark, settings, twin).columns]
+    assert_df_equality(
+        offline_rows(spark, settings, crashed).select(*columns),
+        offline_rows(spark, settings, twin).select(*columns),
+        ignore_row_order=True,
+    )
+    assert boundaries(spark, settings, crashed) == boundaries(spark, settings, twin) == [T0 + 4 * H]
+    assert_hybrid(spark, settings, crashed, orders)
+    writes = [
+        r["operation"]
+        for r in tables_history(spark, store.offline_path(settings, crashed))
+        if r["operation"] == "WRITE"
+    ]
+    assert len(writes) == 1  # the rerun committed the move's data once, not twice
+
+
+def tables_history(spark: SparkSession, path: str) -> list[dict[str, object]]:
+    from delta.tables import DeltaTable
+
+    return [r.asDict() for r in DeltaTable.forPath(spark, path).history().collect()]
