@@ -5,9 +5,12 @@
    into silver.orders (upsert by `order_id` ordered by `ts`, expectations from tables.yml);
 2. `customers`: inserts, updates and a delete in PostgreSQL `public.customers`, through the
    Debezium connector into Kafka, `ingest_cdc` into bronze.customers, `refine_silver` into
-   silver.customers (SCD1) and silver.customers_history (SCD2), checked against PostgreSQL.
+   silver.customers (SCD1) and silver.customers_history (SCD2), checked against PostgreSQL;
+3. offline (`demo_offline`): the closed buckets of silver.orders move to offline.orders_offline,
+   a backfill corrects a window, and the hybrid view silver.orders_hybrid is shown before and
+   after, with the boundary's history.
 
-(Gold and the offline/hybrid steps join as they land.)"""
+(Gold joins as it lands.)"""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse.core import kafka, tables
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
-from lakehouse.devstack import ServiceError, pg
+from lakehouse.devstack import ServiceError, demo_offline, pg
 from lakehouse.devstack.debezium import register_postgres_connector
 
 if TYPE_CHECKING:
@@ -37,6 +40,7 @@ STATUSES = ("created", "paid", "shipped", "cancelled")
 CDC_CONNECTOR = "lakehouse-customers"
 CDC_PREFIX = "lakehouse"  # Debezium's topic: lakehouse.public.customers (sources.yml)
 CDC_TOPIC = f"{CDC_PREFIX}.public.customers"
+SPACING_MS = 20 * 60_000  # sample orders 20 minutes apart: they span two 2h buckets
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ def sample_orders(count: int, first_id: int, start_ms: int, seed: int) -> list[d
             "customer_id": rng.randint(1, 5),
             "order_status": rng.choice(STATUSES),
             "amount": round(rng.uniform(5, 500), 2),
-            "ts": start_ms + i * 60_000,
+            "ts": start_ms + i * SPACING_MS,
         }
         for i in range(count)
     ]
@@ -68,6 +72,7 @@ def run(spark: SparkSession, settings: Settings, events: int = 10) -> DemoResult
     bronze_step = _orders_to_bronze(spark, settings, events)
     silver_orders = _orders_to_silver(spark, settings, bronze_step.first_id)
     silver_customers, postgres_customers = _customers_through_debezium(spark, settings)
+    demo_offline.run(spark, settings, bronze_step.first_id)
     print(
         "\nDemo done. Explore the tables in notebooks/explore.ipynb; "
         "`lakehouse status` shows the per-table summary."
@@ -107,12 +112,16 @@ def _orders_to_bronze(spark: SparkSession, settings: Settings, events: int) -> _
     first_id = 1000 + sum(before.values())
     start_ms = 1_767_225_600_000
     orders: list[dict[str, object]] = sample_orders(events, first_id, start_ms, seed=first_id)
-    later = {**orders[0], "order_status": "shipped", "ts": start_ms + events * 60_000}
+    later = {**orders[0], "order_status": "shipped", "ts": start_ms + events * SPACING_MS}
+    # Two orders of today: they stay in the realtime table's open bucket, so the hybrid view
+    # serves them from realtime while the January ones move offline.
+    now_ms = int(time.time() * 1000)
+    fresh = sample_orders(2, first_id + events + 2, now_ms, seed=first_id + 1)
     negative = {**orders[-1], "order_id": first_id + events, "amount": -3.5}
     unknown = {**orders[-1], "order_id": first_id + events + 1, "order_status": "lost"}
     records: list[tuple[bytes | None, bytes | None, int | None]] = [
         (str(o["order_id"]).encode(), json.dumps(o).encode(), None)
-        for o in (*orders, later, negative, unknown)
+        for o in (*orders, later, negative, unknown, *fresh)
     ]
     records.append((b"broken", b'{"order_id": 99, "amou', None))  # kept, flagged, not lost
     kafka.produce(settings.kafka, DEMO_TOPIC, records)
