@@ -40,6 +40,16 @@ def read_text(spark: SparkSession, path: str) -> str:
     return bytes(data).decode("utf-8")
 
 
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write (or overwrite) a small text file."""
+    fs, hadoop_path = _fs_and_path(spark, path)
+    stream = fs.create(hadoop_path, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
 def delete(spark: SparkSession, path: str) -> None:
     """Recursive delete; a missing path is fine."""
     fs, hadoop_path = _fs_and_path(spark, path)

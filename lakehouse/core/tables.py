@@ -120,10 +120,21 @@ def set_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> 
 
 
 def latest_version(spark: SparkSession, path: str) -> int:
-    """The table's newest committed version (read from its log, not by scanning data)."""
-    from delta.tables import DeltaTable
+    """The table's newest committed version, from its log's files alone: the version in
+    `_last_checkpoint` (if any), then one probe per later commit file (a commit exists once its
+    JSON file does; there are at most a checkpoint interval of them). No Spark job, no log
+    replay: readers pin versions with this (~1 ms locally, where DESCRIBE HISTORY took ~110)."""
+    import json
 
-    return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+    log_dir = f"{path.rstrip('/')}/_delta_log"
+    version = -1
+    if fs.exists(spark, f"{log_dir}/_last_checkpoint"):
+        version = int(json.loads(fs.read_text(spark, f"{log_dir}/_last_checkpoint"))["version"])
+    while fs.exists(spark, f"{log_dir}/{version + 1:020d}.json"):
+        version += 1
+    if version < 0:
+        raise UsageError(f"{path}: not a Delta table (no commit in {log_dir})")
+    return version
 
 
 TXN_APP, TXN_VERSION = (

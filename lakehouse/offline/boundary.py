@@ -13,18 +13,25 @@ first (`lakehouse.offline.hybrid`), so no reader ever sees a boundary without it
 
 Appends go through a MERGE on (table, seq): two writers that race for the same sequence
 number conflict in Delta instead of both landing, and the loser retries with the next number.
+
+Reading the current boundary is on every hybrid read's path, so it is cached: after each
+change, `_current/<table>.json` inside the table's directory (Delta ignores `_` paths) holds
+the table's current row together with the boundary table's version it was read at. A reader
+uses it only when that version is still the latest (two file probes); otherwise it reads the
+table and rewrites the cache. A stale cache is never used, and a missing one costs one read.
 """
 
 from __future__ import annotations
 
 import getpass
+import json
 import logging
 import socket
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from lakehouse.core import system, tables
+from lakehouse.core import fs, system, tables
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 from lakehouse.offline import buckets
@@ -85,8 +92,57 @@ def path(settings: Settings) -> str:
 
 def current(spark: SparkSession, settings: Settings, table: str) -> Boundary | None:
     """The table's boundary now (None: nothing has moved offline yet, all is realtime)."""
-    rows = history(spark, settings, table).orderBy("seq", ascending=False).limit(1).collect()
-    return Boundary(**rows[0].asDict()) if rows else None
+    location = path(settings)
+    if not tables.exists(spark, location):
+        return None
+    version = tables.latest_version(spark, location)
+    cached = _cached(spark, location, table, version)
+    if cached is not False:
+        return cached
+    rows = (
+        spark.read.format("delta")
+        .option("versionAsOf", version)
+        .load(location)
+        .where(f"`table` = '{table}'")
+        .orderBy("seq", ascending=False)
+        .limit(1)
+        .collect()
+    )
+    found = Boundary(**rows[0].asDict()) if rows else None
+    _cache(spark, location, table, version, found)
+    return found
+
+
+def _cache_file(location: str, table: str) -> str:
+    return f"{location}/_current/{table}.json"
+
+
+def _cached(
+    spark: SparkSession, location: str, table: str, version: int
+) -> Boundary | Literal[False] | None:
+    """The cached current row if it was read at `version` (None: no row then), else False."""
+    file = _cache_file(location, table)
+    if not fs.exists(spark, file):
+        return False
+    try:
+        entry = json.loads(fs.read_text(spark, file))
+    except (ValueError, OSError):  # a torn write: read the table instead
+        return False
+    if entry.get("version") != version:
+        return False
+    row = entry.get("row")
+    if row is None:
+        return None
+    for name in ("boundary", "previous", "at"):
+        row[name] = datetime.fromisoformat(row[name]) if row[name] else None
+    return Boundary(**row)
+
+
+def _cache(
+    spark: SparkSession, location: str, table: str, version: int, row: Boundary | None
+) -> None:
+    entry = {"version": version, "row": asdict(row) if row else None}
+    fs.write_text(spark, _cache_file(location, table), json.dumps(entry, default=str))
 
 
 def history(spark: SparkSession, settings: Settings, table: str) -> DataFrame:
@@ -135,7 +191,8 @@ def move(
         except ConcurrentAppendException:
             log.info("boundary of %s: another writer took seq %d; retrying", table, row.seq)
             continue
-        return current(spark, settings, table) or row
+        now = current(spark, settings, table)  # also refreshes the cache
+        return now or row
     raise RuntimeError(f"boundary of {table}: {_RETRIES} concurrent writers in a row; try again")
 
 
