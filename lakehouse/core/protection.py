@@ -48,25 +48,26 @@ def unprotect(spark: SparkSession, settings: Settings, name: str, reason: str) -
     """Lift reset protection: an explicit, recorded operator action. Returns the table version."""
     if not reason.strip():
         raise UsageError("unprotect needs --reason: say why, it goes to _system/protection_log")
-    path = existing(spark, settings, name)
-    version = tables.set_properties(spark, path, UNPROTECTED)
-    system.append_log(
-        spark,
-        settings,
-        system.PROTECTION_LOG,
-        {"event": "unprotect", "subject": name, "reason": reason, "version": version},
-    )
-    return version
+    return _set(spark, settings, name, UNPROTECTED, {"event": "unprotect", "reason": reason})
 
 
 def protect(spark: SparkSession, settings: Settings, name: str) -> int:
-    path = existing(spark, settings, name)
-    version = tables.set_properties(spark, path, PROTECTED)
+    return _set(spark, settings, name, PROTECTED, {"event": "protect"})
+
+
+def _set(
+    spark: SparkSession,
+    settings: Settings,
+    name: str,
+    properties: dict[str, str],
+    record: dict[str, str],
+) -> int:
+    version = tables.set_properties(spark, existing(spark, settings, name), properties)
     system.append_log(
         spark,
         settings,
         system.PROTECTION_LOG,
-        {"event": "protect", "subject": name, "version": version},
+        {**record, "subject": name, "version": version},
     )
     return version
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lakehouse.core import versions
 from lakehouse.core.config import Secret, SettingsError, build, load_tree, project_root, where
@@ -97,13 +97,7 @@ class Settings:
     offline: dict[str, OfflineTableSettings] = field(default_factory=dict)
 
     def silver_table(self, name: str) -> SilverTableSettings:
-        try:
-            table = self.silver[name]
-        except KeyError:
-            known = ", ".join(sorted(self.silver)) or "none"
-            raise SettingsError(
-                f"--table {name!r}: no such silver table in conf/*/tables.yml (known: {known})"
-            ) from None
+        table = _declared(self.silver, name, "--table", "silver table", "tables.yml")
         if table.source not in self.sources:
             raise SettingsError(
                 f"silver.{name}.source {table.source!r}: no such source in conf/*/sources.yml"
@@ -111,26 +105,28 @@ class Settings:
         return table
 
     def offline_table(self, name: str) -> OfflineTableSettings:
-        try:
-            return self.offline[name]
-        except KeyError:
-            known = ", ".join(sorted(self.offline)) or "none"
-            raise SettingsError(
-                f"--table {name!r}: no such offline table in conf/*/offline.yml (known: {known})"
-            ) from None
+        return _declared(self.offline, name, "--table", "offline table", "offline.yml")
+
+    def source(self, name: str) -> SourceSettings:
+        return _declared(self.sources, name, "--source", "source", "sources.yml")
 
     def bronze_table(self, source: str) -> str:
         """The bronze table `source` lands in: `bronze.<bronze_table or the source's name>`."""
         return f"bronze.{self.source(source).bronze_table or source}"
 
-    def source(self, name: str) -> SourceSettings:
-        try:
-            return self.sources[name]
-        except KeyError:
-            known = ", ".join(sorted(self.sources)) or "none"
-            raise SettingsError(
-                f"--source {name!r}: no such source in conf/*/sources.yml (known: {known})"
-            ) from None
+
+T = TypeVar("T")
+
+
+def _declared(declared: Mapping[str, T], name: str, flag: str, kind: str, file: str) -> T:
+    """`declared[name]`, else an error listing what is declared."""
+    try:
+        return declared[name]
+    except KeyError:
+        known = ", ".join(sorted(declared)) or "none"
+        raise SettingsError(
+            f"{flag} {name!r}: no such {kind} in conf/*/{file} (known: {known})"
+        ) from None
 
 
 def load_settings(

@@ -42,7 +42,7 @@ class SourceSettings:
             raise ValueError("'bronze_table' must be lower_snake_case")
 
 
-_SNAKE = re.compile(r"[a-z][a-z0-9_]*")
+SNAKE = re.compile(r"[a-z][a-z0-9_]*")
 EXPECTATION_ACTIONS = ("warn", "drop", "quarantine", "fail")
 
 
@@ -58,7 +58,7 @@ class ExpectationSettings:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not _SNAKE.fullmatch(self.name):
+        if not SNAKE.fullmatch(self.name):
             raise ValueError(f"expectation name {self.name!r}: use lower_snake_case")
         if self.action not in EXPECTATION_ACTIONS:
             raise ValueError(
@@ -179,7 +179,7 @@ class OfflineTableSettings:
             )
         if parse_duration(self.buffer) < 0:
             raise ValueError(f"'buffer' {self.buffer!r} is negative; use 0s or more")
-        if self.hybrid_view and not _SNAKE.fullmatch(self.hybrid_view):
+        if self.hybrid_view and not SNAKE.fullmatch(self.hybrid_view):
             raise ValueError("'hybrid_view' must be lower_snake_case")
 
     @property

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.core import faults, tables
 from lakehouse.core.errors import UsageError
-from lakehouse.core.settings import Settings, SettingsError
+from lakehouse.core.settings import Settings
 from lakehouse.core.specs import OfflineTableSettings
 from lakehouse.offline import audit, backfill_input, boundary, buckets, store
 from lakehouse.offline.backfill_input import BackfillRefused, Check
@@ -143,12 +143,7 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
     _check_window(options, spec)
     rt_path = store.realtime_path(settings, spec)
     off_path = store.offline_path(settings, options.table)
-    if not tables.exists(spark, rt_path):
-        raise SettingsError(
-            f"offline.{options.table}: its realtime table silver.{spec.realtime} does not exist "
-            f"yet; run refine_silver --table {spec.realtime} first"
-        )
-    realtime = spark.read.format("delta").load(rt_path)
+    realtime = store.read_realtime(spark, settings, options.table, spec)
     store.ensure_table(spark, off_path, realtime.schema)
     rows, digest, failures = _checked_input(spark, settings, options, spec, realtime.schema)
     report = BackfillReport(options.table, "dry-run", options.start, options.end, digest)

@@ -125,14 +125,8 @@ def realtime_to_offline(
     spec = settings.offline_table(options.table)
     now = options.now if options.now is not None and options.trigger != "continuous" else None
     now = now or buckets.utc_now()
-    rt_path = store.realtime_path(settings, spec)
     off_path = store.offline_path(settings, options.table)
-    if not tables.exists(spark, rt_path):
-        raise SettingsError(
-            f"offline.{options.table}: its realtime table silver.{spec.realtime} does not exist "
-            f"yet; run refine_silver --table {spec.realtime} first"
-        )
-    realtime = spark.read.format("delta").load(rt_path)
+    realtime = store.read_realtime(spark, settings, options.table, spec)
     columns = store.row_schema(realtime.schema).fieldNames()
     if spec.time_column not in columns:
         raise SettingsError(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.core import current, tables
 from lakehouse.core.protection import RESET_ALLOWED
-from lakehouse.core.settings import Settings
+from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import OfflineTableSettings
 from lakehouse.offline import buckets
 
@@ -40,6 +40,19 @@ def offline_path(settings: Settings, name: str) -> str:
 
 def realtime_path(settings: Settings, table: OfflineTableSettings) -> str:
     return tables.table_path(settings, f"silver.{table.realtime}")
+
+
+def read_realtime(
+    spark: SparkSession, settings: Settings, table: str, spec: OfflineTableSettings
+) -> DataFrame:
+    """The realtime table of offline table `table`, which must exist."""
+    path = realtime_path(settings, spec)
+    if not tables.exists(spark, path):
+        raise SettingsError(
+            f"offline.{table}: its realtime table silver.{spec.realtime} does not exist yet; "
+            f"run refine_silver --table {spec.realtime} first"
+        )
+    return spark.read.format("delta").load(path)
 
 
 def row_schema(realtime: StructType) -> StructType:

@@ -20,19 +20,19 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core.errors import ContractViolation, UsageError
+from lakehouse.core.specs import EXPECTATION_ACTIONS, SNAKE
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from lakehouse.core.specs import ExpectationSettings
 
-ACTIONS = ("warn", "drop", "quarantine", "fail")
+ACTIONS = EXPECTATION_ACTIONS  # declared once, with the settings that name them
 FAILED = "_failed_expectations"  # array<string> of failed rule names, per row
 # The failed rules of a row as bits: one long per 63 rules (`_failed_mask0`, ...). Cheap to
 # compute, count and filter on; the names are only made for rows that are quarantined.
 MASK = "_failed_mask"
 _BITS = 63
-_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
@@ -58,7 +58,7 @@ class Expectation:
     action: str = "warn"
 
     def __post_init__(self) -> None:
-        if not _NAME.fullmatch(self.name):
+        if not SNAKE.fullmatch(self.name):
             raise ExpectationError(f"expectation name {self.name!r}: use lower_snake_case")
         if self.action not in ACTIONS:
             raise ExpectationError(
