@@ -154,6 +154,35 @@ def append_once(rows: DataFrame, path: str, app_id: str, version: int) -> None:
     )
 
 
+def is_write_conflict(exc: BaseException) -> bool:
+    """Whether `exc` is Delta refusing a commit because a concurrent one changed what this one
+    read (ConcurrentAppendException and its kin). Matched by name: the Python classes for
+    them live in the delta-spark jar, not in the pip package, so they cannot be imported
+    reliably."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(
+        name in text
+        for name in (
+            "ConcurrentAppendException",
+            "ConcurrentDeleteReadException",
+            "ConcurrentDeleteDeleteException",
+            "ConcurrentTransactionException",
+            "DELTA_CONCURRENT_APPEND",
+        )
+    )
+
+
+def overwrite_once(rows: DataFrame, path: str, app_id: str, version: int) -> None:
+    """Replace the table's rows with `rows` in one commit, idempotent like `append_once`."""
+    (
+        rows.write.format("delta")
+        .mode("overwrite")
+        .option("txnAppId", app_id)
+        .option("txnVersion", str(version))
+        .save(path)
+    )
+
+
 @contextmanager
 def transaction(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
     """Make the Delta DML inside (MERGE, UPDATE, DELETE, a replaceWhere overwrite) idempotent

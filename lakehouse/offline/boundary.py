@@ -167,8 +167,6 @@ def move(
     """Record the boundary of `table` at `to` (its offline data for everything before `to` is
     committed at `offline_version`). `txn` (app id, version) makes a replay after a crash a
     no-op: the earlier attempt's row stands."""
-    from delta.exceptions import ConcurrentAppendException
-
     location = path(settings)
     tables.create_table(spark, location, schema(), {"delta.appendOnly": "true"})
     for _attempt in range(_RETRIES):
@@ -188,7 +186,9 @@ def move(
         )
         try:
             _insert(spark, location, row, txn)
-        except ConcurrentAppendException:
+        except Exception as exc:
+            if not tables.is_write_conflict(exc):
+                raise
             log.info("boundary of %s: another writer took seq %d; retrying", table, row.seq)
             continue
         now = current(spark, settings, table)  # also refreshes the cache

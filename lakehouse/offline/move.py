@@ -97,6 +97,13 @@ class Plan:
     late: list[str] = field(default_factory=list)  # moved buckets to move again
     ignored: dict[str, int] = field(default_factory=dict)  # owned bucket -> late changes
 
+    @property
+    def replaces_buckets(self) -> bool:
+        """False when only the realtime version read moves on (new changes, none of them
+        late, no bucket closed since): the offline table gets no commit."""
+        new_range = self.range_start is None or self.range_end > self.range_start
+        return new_range or bool(self.late)
+
     def buckets_sql(self, owned: set[datetime]) -> str:
         """The buckets this plan replaces, minus those a backfill owns."""
         parts = [f"{BUCKET} < {buckets.timestamp_sql(_at(self.range_end))}"]
@@ -275,14 +282,17 @@ def _execute(
 
     rt_path, off_path = store.realtime_path(settings, spec), store.offline_path(settings, table)
     app_id = f"{JOB}:{table}"
-    owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
-    where = plan.buckets_sql(owned)
-    rows = store.realtime_rows(spark, rt_path, plan.realtime_version, spec).where(F.expr(where))
-    columns = spark.read.format("delta").load(off_path).columns
-    rows = rows.select(*[f"`{c}`" for c in columns if c in rows.columns])
-    counts = rows.groupBy(BUCKET).count().collect()
-    result.rows = {r[BUCKET].isoformat(): int(r["count"]) for r in counts}
-    store.replace_where(rows, off_path, where, app_id, plan.n)
+    if plan.replaces_buckets:
+        owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
+        where = plan.buckets_sql(owned)
+        rows = store.realtime_rows(spark, rt_path, plan.realtime_version, spec).where(
+            F.expr(where)
+        )
+        columns = spark.read.format("delta").load(off_path).columns
+        rows = rows.select(*[f"`{c}`" for c in columns if c in rows.columns])
+        counts = rows.groupBy(BUCKET).count().collect()
+        result.rows = {r[BUCKET].isoformat(): int(r["count"]) for r in counts}
+        store.replace_where(rows, off_path, where, app_id, plan.n)
     faults.point("after_offline_commit")
     end = _at(plan.range_end)
     moved = boundary.current(spark, settings, table)

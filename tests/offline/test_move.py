@@ -229,3 +229,29 @@ def tables_history(spark: SparkSession, path: str) -> list[dict[str, object]]:
     from delta.tables import DeltaTable
 
     return [r.asDict() for r in DeltaTable.forPath(spark, path).history().collect()]
+
+
+def test_racing_boundary_writers_each_get_their_own_sequence_number(
+    spark: SparkSession, settings: Settings
+) -> None:
+    """Two writers moving one table's boundary at once: one of the MERGEs conflicts in Delta
+    and retries with the next number, instead of both landing on the same one."""
+    import threading
+
+    offline, settings = offline_setup(spark, settings)
+    errors: list[BaseException] = []
+
+    def write(at: datetime) -> None:
+        try:
+            boundary.move(spark, settings, offline, at, "test", "race", 0)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(T0 + (i + 1) * 2 * H,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    seqs = [r["seq"] for r in boundary.history(spark, settings, offline).collect()]
+    assert sorted(seqs) == [1, 2, 3]
