@@ -1,6 +1,7 @@
 """What `lakehouse status` shows: per source, what bronze holds and whether it is protected;
 per silver table, its live rows, pending quarantine and the last batch's expectation results;
-per offline table, its boundary, moves, backfills and the late changes not applied."""
+per offline table, its boundary, moves, backfills and the late changes not applied; per gold
+table, its groups, last build and source lag."""
 
 from __future__ import annotations
 
@@ -170,3 +171,51 @@ def offline_summary(spark: SparkSession, settings: Settings) -> DataFrame:
             )
         )
     return spark.createDataFrame(rows, OFFLINE_SCHEMA)
+
+
+GOLD_SCHEMA = (
+    "table string, source string, groups long, last_build_at timestamp, last_run_groups long, "
+    "source_state string, source_lag long"
+)
+
+
+def gold_summary(spark: SparkSession, settings: Settings) -> DataFrame:
+    """One row per declared gold table: what it holds, its last build, the source state that
+    build read and how many source commits it is behind."""
+    import json
+
+    from lakehouse.gold import source
+    from lakehouse.gold.build import BUILT, gold_path
+
+    rows: list[tuple[object, ...]] = []
+    for name, gold in sorted(settings.gold.items()):
+        path = gold_path(settings, name)
+        groups = (
+            spark.read.format("delta").load(path).count() if tables.exists(spark, path) else None
+        )
+        built = [
+            e
+            for e in system.read_log(spark, settings, system.GOLD_LOG, f"gold.{name}")
+            if e["event"] == BUILT
+        ]
+        last = built[-1] if built else None
+        lag = None
+        if last is not None:
+            try:
+                lag = source.source_version_lag(
+                    spark, settings, source.resolve(settings, gold), last["until"]
+                )
+            except Exception:
+                lag = None
+        rows.append(
+            (
+                f"gold.{name}",
+                gold.source,
+                groups,
+                last["at"] if last else None,
+                last["groups"] if last else None,
+                json.dumps(last["until"], sort_keys=True) if last else None,
+                lag,
+            )
+        )
+    return spark.createDataFrame(rows, GOLD_SCHEMA)

@@ -31,7 +31,7 @@ def spark_submit_args(settings: Settings, _args: argparse.Namespace) -> None:
 
 
 def status(settings: Settings, _args: argparse.Namespace) -> None:
-    from lakehouse.status import bronze_summary, offline_summary, silver_summary
+    from lakehouse.status import bronze_summary, gold_summary, offline_summary, silver_summary
 
     _print_services(settings)
 
@@ -43,6 +43,9 @@ def status(settings: Settings, _args: argparse.Namespace) -> None:
         if settings.offline:
             print("offline (per table; late changes to backfilled buckets are not applied):")
             offline_summary(spark, settings).show(truncate=False)
+        if settings.gold:
+            print("gold (per table; lag = source commits not yet built):")
+            gold_summary(spark, settings).show(truncate=False)
 
     with_session(settings, "lakehouse-status", body)
 
@@ -80,10 +83,20 @@ def reset(settings: Settings, args: argparse.Namespace) -> None:
                 f"{args.table}: reset (data, checkpoint and quarantined rows removed; the next "
                 f"refine_silver --table {name} rebuilds it from bronze)"
             )
-        else:
+        elif layer == "gold":
+            from lakehouse.gold.build import full_refresh as refresh_gold
+
+            settings.gold_table(name)
+            refresh_gold(spark, settings, name)
+            print(f"{args.table}: reset (the next build_gold --table {name} rebuilds it)")
+        elif layer == "offline":
             raise UsageError(
-                f"lakehouse reset {args.table}: use bronze.TABLE or silver.TABLE"
+                f"lakehouse reset {args.table}: offline tables hold backfilled corrections that "
+                "exist nowhere else; correct a window with backfill, or serve more from "
+                "realtime with lakehouse boundary TABLE --set"
             )
+        else:
+            raise UsageError(f"lakehouse reset {args.table}: use LAYER.TABLE, e.g. silver.orders")
 
     with_session(settings, "lakehouse-reset", body)
 

@@ -15,7 +15,12 @@ from typing import Any, TypeVar
 
 from lakehouse.core import versions
 from lakehouse.core.config import Secret, SettingsError, build, load_tree, project_root, where
-from lakehouse.core.specs import OfflineTableSettings, SilverTableSettings, SourceSettings
+from lakehouse.core.specs import (
+    GoldTableSettings,
+    OfflineTableSettings,
+    SilverTableSettings,
+    SourceSettings,
+)
 
 __all__ = ["Secret", "Settings", "SettingsError", "load_settings", "project_root"]
 
@@ -95,6 +100,7 @@ class Settings:
     sources: dict[str, SourceSettings] = field(default_factory=dict)
     silver: dict[str, SilverTableSettings] = field(default_factory=dict)
     offline: dict[str, OfflineTableSettings] = field(default_factory=dict)
+    gold: dict[str, GoldTableSettings] = field(default_factory=dict)
 
     def silver_table(self, name: str) -> SilverTableSettings:
         table = _declared(self.silver, name, "--table", "silver table", "tables.yml")
@@ -106,6 +112,13 @@ class Settings:
 
     def offline_table(self, name: str) -> OfflineTableSettings:
         return _declared(self.offline, name, "--table", "offline table", "offline.yml")
+
+    def gold_table(self, name: str) -> GoldTableSettings:
+        return _declared(self.gold, name, "--table", "gold table", "gold.yml")
+
+    def hybrid_views(self) -> dict[str, str]:
+        """Hybrid view name -> its offline table."""
+        return {spec.view: name for name, spec in self.offline.items()}
 
     def source(self, name: str) -> SourceSettings:
         return _declared(self.sources, name, "--source", "source", "sources.yml")
@@ -167,3 +180,11 @@ def _check_references(settings: Settings, origin: Mapping[str, str]) -> None:
                 f"offline.{name}.hybrid_view to another name"
             )
         views[off.view] = f"the hybrid view of offline.{name}"
+    for name, gold in settings.gold.items():
+        if gold.source not in settings.silver and gold.source not in views:
+            raise refuse(
+                f"gold.{name}.source",
+                gold.source,
+                "silver table or hybrid view",
+                [*settings.silver, *views],
+            )

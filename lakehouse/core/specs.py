@@ -1,7 +1,7 @@
 """The pipeline's declarations in `conf/*/*.yml`: sources, silver tables and their
-expectations, offline tables. Each is a frozen dataclass whose `__post_init__` checks what one
-field cannot check alone; `lakehouse.core.config.build` reports a failure with the file and the
-key; `lakehouse.core.settings` checks the references between them."""
+expectations, offline tables, gold tables. Each is a frozen dataclass whose `__post_init__`
+checks what one field cannot check alone; `lakehouse.core.config.build` reports a failure with
+the file and the key; `lakehouse.core.settings` checks the references between them."""
 
 from __future__ import annotations
 
@@ -193,3 +193,40 @@ class OfflineTableSettings:
     @property
     def view(self) -> str:
         return self.hybrid_view or f"{self.realtime}_hybrid"
+
+
+@dataclass(frozen=True)
+class GoldTableSettings:
+    """One gold table (`conf/base/gold.yml`): groups of a source's current rows and their
+    aggregates, kept exact incrementally by `build_gold`."""
+
+    # A silver table (a key of `silver`) or a hybrid view (an offline table's `hybrid_view`).
+    source: str
+    # Output column -> Spark SQL expression over the source's rows, e.g. day: to_date(...).
+    group_by: dict[str, str] = field(default_factory=dict)
+    # Output column -> Spark SQL aggregate, e.g. revenue: sum(amount). Any aggregate works:
+    # groups are recomputed, not patched.
+    aggregates: dict[str, str] = field(default_factory=dict)
+    expectations: tuple[ExpectationSettings, ...] = ()
+    table_expectations: tuple[ExpectationSettings, ...] = ()
+    # Micro-run interval for `--trigger continuous`.
+    trigger_interval: str = "1m"
+
+    def __post_init__(self) -> None:
+        if not self.group_by:
+            raise ValueError("'group_by' is required: output column -> SQL expression")
+        if not self.aggregates:
+            raise ValueError("'aggregates' is required: output column -> SQL aggregate")
+        names = [*self.group_by, *self.aggregates]
+        bad = [n for n in names if not SNAKE.fullmatch(n)]
+        if bad:
+            raise ValueError(f"column names {bad} must be lower_snake_case")
+        if len(names) != len(set(names)):
+            raise ValueError("a column is named in both 'group_by' and 'aggregates'")
+        empty = [n for n in names if not str({**self.group_by, **self.aggregates}[n]).strip()]
+        if empty:
+            raise ValueError(f"columns {empty} have no SQL expression")
+        parse_duration(self.trigger_interval)
+        rules = [e.name for e in (*self.expectations, *self.table_expectations)]
+        if len(rules) != len(set(rules)):
+            raise ValueError("expectation names must be unique within a table")

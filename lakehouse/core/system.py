@@ -27,6 +27,7 @@ PROTECTION_LOG = "protection_log"  # protect, unprotect, reset
 REFINE_LOG = "refine_log"  # full refreshes, quarantine replays
 VALIDATION_LOG = "validation_log"  # `lakehouse validate` results
 OFFLINE_LOG = "offline_log"  # realtime_to_offline plans and moves
+GOLD_LOG = "gold_log"  # build_gold plans, builds and full refreshes
 # Tables with schemas of their own.
 QUARANTINE = "quarantine"  # rejected records (lakehouse.quality.quarantine)
 METRICS = "expectation_metrics"  # per batch and rule (lakehouse.quality.metrics)

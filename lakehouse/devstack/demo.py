@@ -8,9 +8,10 @@
    silver.customers (SCD1) and silver.customers_history (SCD2), checked against PostgreSQL;
 3. offline (`demo_offline`): the closed buckets of silver.orders move to offline.orders_offline,
    a backfill corrects a window, and the hybrid view silver.orders_hybrid is shown before and
-   after, with the boundary's history.
-
-(Gold joins as it lands.)"""
+   after, with the boundary's history;
+4. gold (`demo_gold`): build_gold keeps daily_revenue exact before and after the backfill and
+   after a late update of an order (through ingest, refine and a move), each time checked
+   against a recompute from the hybrid view."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse.core import kafka, tables
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
-from lakehouse.devstack import ServiceError, demo_offline, pg
+from lakehouse.devstack import ServiceError, demo_gold, demo_offline, pg
 from lakehouse.devstack.debezium import register_postgres_connector
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ CDC_CONNECTOR = "lakehouse-customers"
 CDC_PREFIX = "lakehouse"  # Debezium's topic: lakehouse.public.customers (sources.yml)
 CDC_TOPIC = f"{CDC_PREFIX}.public.customers"
 SPACING_MS = 20 * 60_000  # sample orders 20 minutes apart: they span two 2h buckets
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00Z
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,11 @@ def run(spark: SparkSession, settings: Settings, events: int = 10) -> DemoResult
     bronze_step = _orders_to_bronze(spark, settings, events)
     silver_orders = _orders_to_silver(spark, settings, bronze_step.first_id)
     silver_customers, postgres_customers = _customers_through_debezium(spark, settings)
-    demo_offline.run(spark, settings, bronze_step.first_id)
+    demo_offline.move(spark, settings, bronze_step.first_id)
+    demo_gold.build(spark, settings, "before the backfill")
+    demo_offline.correct(spark, settings, bronze_step.first_id)
+    demo_gold.build(spark, settings, "after the backfill: the window's groups change")
+    _late_update(spark, settings, bronze_step.first_id, events)
     print(
         "\nDemo done. Explore the tables in notebooks/explore.ipynb; "
         "`lakehouse status` shows the per-table summary."
@@ -86,6 +92,22 @@ def run(spark: SparkSession, settings: Settings, events: int = 10) -> DemoResult
         silver_customers,
         postgres_customers,
     )
+
+
+def _late_update(spark: SparkSession, settings: Settings, first_id: int, events: int) -> None:
+    """A later version of an order of the moved [02:00, 04:00) bucket, through every job:
+    ingest, refine, realtime_to_offline (it moves the bucket again), build_gold."""
+    from lakehouse.bronze.ingest import IngestOptions, ingest
+    from lakehouse.offline.move import MoveOptions, describe, realtime_to_offline
+    from lakehouse.silver.refine import RefineOptions, refine
+
+    orders = sample_orders(events, first_id, START_MS, seed=first_id)
+    order = orders[min(7, len(orders) - 1)]
+    demo_gold.update_order(settings, order)
+    ingest(spark, settings, IngestOptions("orders"), "events")
+    refine(spark, settings, RefineOptions("orders"))
+    print(describe(realtime_to_offline(spark, settings, MoveOptions(demo_offline.TABLE))))
+    demo_gold.build(spark, settings, f"after a late update of order {order['order_id']}")
 
 
 @dataclass(frozen=True)
@@ -110,7 +132,7 @@ def _orders_to_bronze(spark: SparkSession, settings: Settings, events: int) -> _
     kafka.ensure_topic(settings.kafka, DEMO_TOPIC, partitions=2)
     before = kafka.end_offsets(settings.kafka, DEMO_TOPIC)
     first_id = 1000 + sum(before.values())
-    start_ms = 1_767_225_600_000
+    start_ms = START_MS
     orders: list[dict[str, object]] = sample_orders(events, first_id, start_ms, seed=first_id)
     later = {**orders[0], "order_status": "shipped", "ts": start_ms + events * SPACING_MS}
     # Two orders of today: they stay in the realtime table's open bucket, so the hybrid view

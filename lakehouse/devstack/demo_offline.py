@@ -1,8 +1,8 @@
-"""The demo's offline step, with the jobs' own library calls: realtime_to_offline moves the
-closed buckets of silver.orders (by the clock: the January sample orders are long closed, the
-two orders of today stay realtime), a backfill corrects the first January window (cancelled
-orders carry no revenue), and the hybrid view silver.orders_hybrid is shown before and after,
-with the boundary's history."""
+"""The demo's offline steps, with the jobs' own library calls: `move` (realtime_to_offline
+moves the closed buckets of silver.orders by the clock: the January sample orders are long
+closed, the two orders of today stay realtime) and `correct` (a backfill of the first January
+window: cancelled orders carry no revenue), each showing the hybrid view silver.orders_hybrid,
+the second also the boundary's history."""
 
 from __future__ import annotations
 
@@ -25,15 +25,18 @@ TABLE = "orders_offline"
 WINDOW = (parse_instant("2026-01-01T00:00Z"), parse_instant("2026-01-01T02:00Z"))  # 1st bucket
 
 
-def run(spark: SparkSession, settings: Settings, first_id: int) -> None:
+def move(spark: SparkSession, settings: Settings, first_id: int) -> None:
+    """realtime_to_offline by the clock, with the hybrid view before and after."""
     spec = settings.offline_table(TABLE)
     _banner(f"hybrid view silver.{spec.view} before realtime_to_offline")
     _show_view(spark, settings, first_id)
-
     _banner(f"realtime_to_offline --table {TABLE} (closed buckets by the clock)")
     print(describe(realtime_to_offline(spark, settings, MoveOptions(TABLE))))
     _show_view(spark, settings, first_id)
 
+
+def correct(spark: SparkSession, settings: Settings, first_id: int) -> None:
+    """A backfill of the first sample bucket, its plan, the boundary's history, the view."""
     start, end = WINDOW
     _banner(
         f"backfill --table {TABLE} --from {start.isoformat()} --to {end.isoformat()}: "
@@ -50,7 +53,7 @@ def run(spark: SparkSession, settings: Settings, first_id: int) -> None:
     boundary.history(spark, settings, TABLE).orderBy("seq").select(
         "seq", "boundary", "previous", "job", "offline_version", "reason"
     ).show(truncate=False)
-    print(f"hybrid view silver.{spec.view} after the backfill:")
+    print(f"hybrid view silver.{settings.offline_table(TABLE).view} after the backfill:")
     _show_view(spark, settings, first_id)
 
 

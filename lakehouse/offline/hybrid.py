@@ -80,21 +80,45 @@ def state(spark: SparkSession, settings: Settings, name: str) -> HybridState:
         )
     offline_version = tables.latest_version(spark, off_path) if moved else None
     realtime_version = tables.latest_version(spark, rt_path)
+    return at(
+        spark,
+        settings,
+        table,
+        moved.boundary if moved else None,
+        moved.seq if moved else None,
+        offline_version,
+        realtime_version,
+    )
+
+
+def at(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    boundary_at: datetime | None,
+    boundary_seq: int | None,
+    offline_version: int | None,
+    realtime_version: int,
+) -> HybridState:
+    """The hybrid view of offline table `table` at a given state (one `state` pinned earlier:
+    gold recomputes groups at exactly the state whose changes it read)."""
+    spec = settings.offline_table(table)
+    rt_path, off_path = realtime_path(settings, spec), offline_path(settings, table)
     realtime = spark.read.format("delta").option("versionAsOf", realtime_version).load(rt_path)
-    parts = [_realtime_sql(spec, rt_path, realtime_version, realtime.schema, moved)]
-    if moved is not None and offline_version is not None:
+    parts = [_realtime_sql(spec, rt_path, realtime_version, realtime.schema, boundary_at)]
+    if boundary_at is not None and offline_version is not None:
         offline = spark.read.format("delta").option("versionAsOf", offline_version).load(off_path)
         columns = _columns(row_schema(realtime.schema), set(offline.columns))
         parts.insert(
             0,
             f"SELECT {columns} FROM delta.`{off_path}` VERSION AS OF {offline_version} "
-            f"WHERE {BUCKET} < {buckets.timestamp_sql(moved.boundary)}",
+            f"WHERE {BUCKET} < {buckets.timestamp_sql(boundary_at)}",
         )
     return HybridState(
         table,
         spec.view,
-        moved.boundary if moved else None,
-        moved.seq if moved else None,
+        boundary_at,
+        boundary_seq,
         offline_version,
         realtime_version,
         "\nUNION ALL\n".join(parts),
@@ -111,17 +135,17 @@ def _realtime_sql(
     path: str,
     version: int,
     realtime: StructType,
-    moved: boundary.Boundary | None,
+    boundary_at: datetime | None,
 ) -> str:
     schema = row_schema(realtime)
     conditions = []
     live = current.live_condition(realtime.fieldNames())
     if live:
         conditions.append(live)
-    if moved is not None:
+    if boundary_at is not None:
         kind = realtime[spec.time_column].dataType
         conditions.append(
-            buckets.not_before_sql(spec.time_column, spec.time_format, kind, moved.boundary)
+            buckets.not_before_sql(spec.time_column, spec.time_format, kind, boundary_at)
         )
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     columns = _columns(schema, set(schema.fieldNames()))

@@ -65,31 +65,52 @@ def _silver_tables(settings: Settings) -> dict[str, TableSpec]:
     }
 
 
-# The layers whose tables are declared in conf and can be validated. Gold joins with one entry
-# (`"gold": _gold_tables`, built by `build_gold --table NAME`) once conf declares gold tables.
-DECLARED: dict[str, Callable[[Settings], dict[str, TableSpec]]] = {"silver": _silver_tables}
+def _gold_tables(settings: Settings) -> dict[str, TableSpec]:
+    # Gold tables keep no bookkeeping: every row is current ("append" layout).
+    return {
+        name: TableSpec(
+            "gold",
+            name,
+            "append",
+            table.expectations,
+            table.table_expectations,
+            f"build_gold --table {name}",
+        )
+        for name, table in settings.gold.items()
+    }
+
+
+# The layers whose tables are declared in conf and can be validated.
+DECLARED: dict[str, Callable[[Settings], dict[str, TableSpec]]] = {
+    "silver": _silver_tables,
+    "gold": _gold_tables,
+}
+_FILES = {"silver": "tables.yml", "gold": "gold.yml"}
 
 
 def resolve_table(settings: Settings, name: str) -> TableSpec:
-    """`silver.orders` or bare `orders` (= silver) -> its declaration."""
+    """`silver.orders`, `gold.daily_revenue`, or a bare name (silver first, then gold) -> its
+    declaration."""
     match = _NAME.fullmatch(name)
     if match is None:
         raise ValidateError(
-            f"table {name!r}: use LAYER.TABLE (e.g. silver.orders) or a bare silver table name"
+            f"table {name!r}: use LAYER.TABLE (e.g. silver.orders) or a bare table name"
         )
-    layer = match["layer"] or "silver"
+    layer, table = match["layer"], match["table"]
+    if layer is None:
+        layer = next((lay for lay in DECLARED if table in DECLARED[lay](settings)), "silver")
     if layer not in DECLARED:
         raise ValidateError(
             f"{name}: lakehouse validate checks declared {' and '.join(DECLARED)} tables; "
-            f"{layer!r} has no table declarations in conf/*/tables.yml"
+            f"{layer!r} has no table declarations of its own"
         )
     declared = DECLARED[layer](settings)
     try:
-        return declared[match["table"]]
+        return declared[table]
     except KeyError:
         known = ", ".join(sorted(f"{layer}.{t}" for t in declared)) or "none"
         raise ValidateError(
-            f"{layer}.{match['table']}: no such {layer} table in conf/*/tables.yml (known: {known})"
+            f"{layer}.{table}: no such {layer} table in conf/*/{_FILES[layer]} (known: {known})"
         ) from None
 
 

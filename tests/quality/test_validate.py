@@ -342,8 +342,10 @@ def test_unknown_unbuilt_or_unsupported_tables_are_named(
     name, declared = declare(settings, "append", ORDER_COLUMNS)
     with pytest.raises(ValidateError, match=r"silver\.nope: no such silver table .*known: .*"):
         resolve_table(declared, "silver.nope")
-    with pytest.raises(ValidateError, match=r"'gold' has no table declarations"):
-        resolve_table(declared, "gold.daily_revenue")
+    with pytest.raises(ValidateError, match=r"'offline' has no table declarations"):
+        resolve_table(declared, "offline.orders_offline")
+    with pytest.raises(ValidateError, match=r"gold\.nope: no such gold table in conf/\*/gold\.yml"):
+        resolve_table(declared, "gold.nope")
     with pytest.raises(ValidateError) as caught:
         validate(spark, declared, name)
     path = tables.table_path(declared, f"silver.{name}")

@@ -1,0 +1,170 @@
+"""What a gold table reads: a silver table, or a hybrid view (offline before the boundary,
+realtime from it on), at a pinned state, and the rows that changed between two states.
+
+A state is the set of versions one read pins: `{"silver": v}` for a silver source;
+`{"offline": vo, "realtime": vr, "boundary_seq": s, "boundary": iso}` for a hybrid one. Between
+two states, a group may have changed only if one of its rows changed in a table's Change Data
+Feed (pre- and post-images: a row that moved to another group touches both), or if the boundary
+moved and the row switched sides (its offline and realtime versions may differ, e.g. after a
+backfill). Those rows' groups are the ones to recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.core import current, tables
+from lakehouse.core.settings import Settings, SettingsError
+from lakehouse.core.specs import GoldTableSettings
+from lakehouse.offline import buckets, hybrid, store
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # silver | hybrid
+    name: str  # the silver table, or the offline table behind the hybrid view
+
+    def describe(self) -> str:
+        return (
+            f"silver.{self.name}"
+            if self.kind == "silver"
+            else f"hybrid view of offline.{self.name}"
+        )
+
+
+def resolve(settings: Settings, gold: GoldTableSettings) -> Source:
+    if gold.source in settings.silver:
+        return Source("silver", gold.source)
+    views = settings.hybrid_views()
+    if gold.source in views:
+        return Source("hybrid", views[gold.source])
+    raise SettingsError(f"gold source {gold.source!r}: no such silver table or hybrid view")
+
+
+State = dict[str, Any]
+
+
+def pin(spark: SparkSession, settings: Settings, source: Source) -> State:
+    """The source's current state (for a hybrid view: boundary first, as its readers do)."""
+    if source.kind == "silver":
+        path = tables.table_path(settings, f"silver.{source.name}")
+        if not tables.exists(spark, path):
+            raise SettingsError(
+                f"silver.{source.name} does not exist yet; run refine_silver --table {source.name}"
+            )
+        return {"silver": tables.latest_version(spark, path)}
+    view = hybrid.state(spark, settings, source.name)
+    return {
+        "offline": view.offline_version,
+        "realtime": view.realtime_version,
+        "boundary_seq": view.boundary_seq,
+        "boundary": view.boundary.isoformat() if view.boundary else None,
+    }
+
+
+def rows(spark: SparkSession, settings: Settings, source: Source, state: State) -> DataFrame:
+    """The source's current rows at `state`."""
+    if source.kind == "silver":
+        path = tables.table_path(settings, f"silver.{source.name}")
+        frame = spark.read.format("delta").option("versionAsOf", state["silver"]).load(path)
+        return current.current_rows(frame)
+    return hybrid.at(
+        spark,
+        settings,
+        source.name,
+        _instant(state["boundary"]),
+        state["boundary_seq"],
+        state["offline"],
+        state["realtime"],
+    ).frame(spark)
+
+
+def changed(
+    spark: SparkSession, settings: Settings, source: Source, since: State, state: State
+) -> list[DataFrame]:
+    """Frames of rows (any columns of the source's rows) whose groups may differ between the
+    two states."""
+    if source.kind == "silver":
+        path = tables.table_path(settings, f"silver.{source.name}")
+        return [_feed(spark, path, since["silver"], state["silver"])]
+    spec = settings.offline_table(source.name)
+    off_path = store.offline_path(settings, source.name)
+    rt_path = store.realtime_path(settings, spec)
+    frames = [_feed(spark, rt_path, since["realtime"], state["realtime"])]
+    if state["offline"] is not None:
+        frames.append(_feed(spark, off_path, since["offline"] or -1, state["offline"]))
+    before, after = _instant(since["boundary"]), _instant(state["boundary"])
+    if before != after:
+        frames += _switched(spark, settings, source.name, state, before, after)
+    return frames
+
+
+def _feed(spark: SparkSession, path: str, since: int, until: int) -> DataFrame:
+    """Every image (pre and post) of the changes in versions (since, until]."""
+    if since >= until:
+        empty = spark.read.format("delta").option("versionAsOf", until).load(path)
+        return empty.limit(0)
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", since + 1)
+        .option("endingVersion", until)
+        .load(path)
+    )
+    return feed.drop(*CDF_COLUMNS)
+
+
+def _switched(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    state: State,
+    before: datetime | None,
+    after: datetime | None,
+) -> list[DataFrame]:
+    """The rows that changed sides when the boundary moved from `before` to `after`: both
+    tables' rows between the two (None: from the beginning of time)."""
+    from pyspark.sql import functions as F
+
+    spec = settings.offline_table(table)
+    edges = [b for b in (before, after) if b is not None]
+    low = None if before is None or after is None else min(edges)
+    high = max(edges)
+    time = buckets.event_time(spec.time_column, spec.time_format)
+    in_range = time < F.lit(high)
+    if low is not None:
+        in_range = in_range & (time >= F.lit(low))
+    realtime = current.current_rows(
+        spark.read.format("delta")
+        .option("versionAsOf", state["realtime"])
+        .load(store.realtime_path(settings, spec))
+    ).where(in_range)
+    frames = [realtime]
+    if state["offline"] is not None:
+        offline = (
+            spark.read.format("delta")
+            .option("versionAsOf", state["offline"])
+            .load(store.offline_path(settings, table))
+        )
+        frames.append(offline.where(in_range).drop(store.BUCKET))
+    return frames
+
+
+def source_version_lag(
+    spark: SparkSession, settings: Settings, source: Source, state: State
+) -> int:
+    """How many commits the source's tables have made since `state` (0: up to date)."""
+    now = pin(spark, settings, source)
+    keys = ("silver",) if source.kind == "silver" else ("offline", "realtime", "boundary_seq")
+    return sum(max(0, (now.get(k) or 0) - (state.get(k) or 0)) for k in keys)
+
+
+def _instant(iso: str | None) -> datetime | None:
+    return datetime.fromisoformat(iso) if iso else None

@@ -1,0 +1,226 @@
+"""build_gold against real Delta tables: after any sequence of inserts, updates that move a
+row to another group, deletes, duplicates and out-of-order events, cut into arbitrary runs,
+gold equals a full recompute computed independently (in Python) from the events."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import replace
+from datetime import date, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from lakehouse.core import system, tables
+from lakehouse.core.errors import EXIT_OK
+from lakehouse.core.faults import FAULT_ENV
+from lakehouse.core.settings import Settings, SettingsError
+from lakehouse.core.specs import ExpectationSettings, GoldTableSettings
+from lakehouse.gold.build import GoldOptions, build_gold, gold_path
+from lakehouse.silver.scd1 import apply_scd1
+from tests.bronze.helpers import run_job
+from tests.offline.helpers import CHANGES, T0, ms, offline_setup, realtime_path
+from tests.offline.test_move import job_env
+
+GOLD = "day date, customer_id bigint, revenue decimal(22,2), orders bigint, biggest decimal(12,2)"
+# key, customer, amount, day (0..3), op (u | d), seq
+Event = tuple[int, int, Decimal, int, str, int]
+
+
+def with_gold(settings: Settings, source: str, **extra: Any) -> tuple[str, Settings]:
+    name = f"g_{source}"
+    spec = GoldTableSettings(
+        source=source,
+        group_by={"day": "to_date(timestamp_millis(ts))", "customer_id": "customer_id"},
+        aggregates={"revenue": "sum(amount)", "orders": "count(*)", "biggest": "max(amount)"},
+        **extra,
+    )
+    return name, replace(settings, gold={**settings.gold, name: spec})
+
+
+def apply_events(spark: SparkSession, path: str, events: list[Event]) -> None:
+    rows = [
+        (key, customer, "paid", amount, ms(T0 + timedelta(days=day, hours=key % 24)), None, op, seq)
+        for key, customer, amount, day, op, seq in events
+    ]
+    apply_scd1(spark, path, spark.createDataFrame(rows, CHANGES), ["order_id"])
+
+
+def model(spark: SparkSession, delivered: list[Event]) -> DataFrame:
+    """What gold must hold: per key the delivered event with the highest position (a delete
+    removes the key), then the groups' aggregates, in Python."""
+    latest: dict[int, Event] = {}
+    for event in delivered:
+        if event[0] not in latest or event[5] > latest[event[0]][5]:
+            latest[event[0]] = event
+    groups: dict[tuple[date, int], list[Decimal]] = defaultdict(list)
+    for key, customer, amount, day, op, _seq in latest.values():
+        if op == "u":
+            groups[((T0 + timedelta(days=day, hours=key % 24)).date(), customer)].append(amount)
+    rows = [(d, c, sum(a), len(a), max(a)) for (d, c), a in groups.items()]
+    return spark.createDataFrame(rows, GOLD)
+
+
+def gold_rows(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
+    return spark.read.format("delta").load(gold_path(settings, name))
+
+
+def assert_gold(spark: SparkSession, settings: Settings, name: str, expected: DataFrame) -> None:
+    assert_df_equality(
+        gold_rows(spark, settings, name),
+        expected,
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_column_order=True,
+    )
+
+
+def random_events(rng: random.Random, count: int) -> list[Event]:
+    events: list[Event] = []
+    for seq in range(1, count + 1):
+        key = rng.randint(1, 15)
+        if rng.random() < 0.2:
+            events.append((key, 0, Decimal(0), 0, "d", seq))
+        else:
+            amount = Decimal(rng.randint(1, 50_000)) / 100
+            events.append((key, rng.randint(1, 3), amount, rng.randint(0, 3), "u", seq))
+    return events
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_property_gold_equals_a_full_recompute_after_every_run(
+    spark: SparkSession, settings: Settings, seed: int
+) -> None:
+    rng = random.Random(seed)  # noqa: S311 - reproducible test data
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    name, settings = with_gold(settings, realtime)
+    events = random_events(rng, 90)
+    delivered = events + rng.sample(events, 15)  # at-least-once: some arrive twice
+    rng.shuffle(delivered)  # and out of order
+    path = realtime_path(settings, offline)
+    done: list[Event] = []
+    start = 0
+    while start < len(delivered):
+        batch = delivered[start : start + rng.randint(1, 25)]
+        start += len(batch)
+        apply_events(spark, path, batch)
+        done += batch
+        if rng.random() < 0.6 or start >= len(delivered):  # runs cut anywhere
+            build_gold(spark, settings, GoldOptions(name))
+            assert_gold(spark, settings, name, model(spark, done))
+
+
+def test_a_run_recomputes_only_the_groups_a_change_touched(
+    spark: SparkSession, settings: Settings
+) -> None:
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    name, settings = with_gold(settings, realtime)
+    path = realtime_path(settings, offline)
+    first = [(1, 1, Decimal("10.00"), 0, "u", 1), (2, 2, Decimal("20.00"), 1, "u", 2)]
+    apply_events(spark, path, first)
+    build_gold(spark, settings, GoldOptions(name))
+    # Order 1 moves to customer 3 and day 2; order 2 is deleted; nothing else changes.
+    later = [(1, 3, Decimal("15.00"), 2, "u", 3), (2, 0, Decimal(0), 0, "d", 4)]
+    apply_events(spark, path, later)
+    result = build_gold(spark, settings, GoldOptions(name))
+    assert result.groups == 3  # the old and new group of order 1, and order 2's
+    assert_gold(spark, settings, name, model(spark, first + later))
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", tables.latest_version(spark, gold_path(settings, name)))
+        .load(gold_path(settings, name))
+    )
+    assert sorted(r["_change_type"] for r in feed.collect()) == ["delete", "delete", "insert"]
+    # Nothing new: nothing to do.
+    assert build_gold(spark, settings, GoldOptions(name)).plan is None
+
+
+def test_bad_aggregates_fail_before_anything_is_written(
+    spark: SparkSession, settings: Settings
+) -> None:
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    name, settings = with_gold(settings, realtime)
+    spec = settings.gold[name]
+    broken = replace(spec, aggregates={**spec.aggregates, "margin": "sum(profit)"})
+    settings = replace(settings, gold={**settings.gold, name: broken})
+    with pytest.raises(SettingsError, match=rf"'gold\.{name}\.aggregates\.margin' is not valid"):
+        build_gold(spark, settings, GoldOptions(name))
+    assert not tables.exists(spark, gold_path(settings, name))
+    not_an_aggregate = replace(spec, aggregates={"status": "order_status"})
+    settings = replace(settings, gold={**settings.gold, name: not_an_aggregate})
+    with pytest.raises(SettingsError, match=r"aggregates\.status' is not valid"):
+        build_gold(spark, settings, GoldOptions(name))
+
+
+def test_expectations_on_gold_rows_warn_drop_and_count(
+    spark: SparkSession, settings: Settings
+) -> None:
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    rules = (
+        ExpectationSettings("small_groups", "drop", sql="orders < 2"),
+        ExpectationSettings("big_spender", "warn", sql="revenue < 100"),
+    )
+    name, settings = with_gold(settings, realtime, expectations=rules)
+    events = [
+        (1, 1, Decimal("150.00"), 0, "u", 1),
+        (2, 2, Decimal("5.00"), 0, "u", 2),
+        (3, 2, Decimal("6.00"), 0, "u", 3),  # customer 2 on day 0: 2 orders, dropped
+    ]
+    apply_events(spark, realtime_path(settings, offline), events)
+    build_gold(spark, settings, GoldOptions(name))
+    assert [r["customer_id"] for r in gold_rows(spark, settings, name).collect()] == [1]
+    metrics = spark.read.format("delta").load(system.path(settings, system.METRICS))
+    counts = {
+        r["rule"]: (r["passed"], r["failed"])
+        for r in metrics.where(f"`table` = 'gold.{name}'").collect()
+    }
+    assert counts == {"small_groups": (1, 1), "big_spender": (1, 1)}
+
+
+def test_a_crash_after_the_commit_then_a_rerun_ends_as_one_run(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    name, settings = with_gold(settings, realtime)
+    events = random_events(random.Random(7), 40)  # noqa: S311 - test data
+    apply_events(spark, realtime_path(settings, offline), events)
+    env = job_env(settings, offline, tmp_path)
+    gold_conf = tmp_path / "conf" / "test" / "gold_job.yml"
+    spec = settings.gold[name]
+    gold_conf.write_text(
+        yaml.safe_dump(
+            {
+                "gold": {
+                    name: {
+                        "source": realtime,
+                        "group_by": dict(spec.group_by),
+                        "aggregates": dict(spec.aggregates),
+                    }
+                }
+            }
+        )
+    )
+    done = run_job("build_gold", ["--table", name], {**env, FAULT_ENV: "after_gold_commit"})
+    assert done.returncode == -9, done.stderr[-2000:]
+    done = run_job("build_gold", ["--table", name], env)
+    assert done.returncode == EXIT_OK, done.stderr[-2000:]
+    assert "resumed rebuilt run 1" in done.stdout
+    assert_gold(spark, settings, name, model(spark, events))
+    writes = [
+        r
+        for r in spark.sql(f"DESCRIBE HISTORY delta.`{gold_path(settings, name)}`").collect()
+        if r["operation"] in ("WRITE", "MERGE")
+    ]
+    assert len(writes) == 1
