@@ -37,9 +37,10 @@ def build(spark: SparkSession, settings: Settings, what: str) -> None:
 
 
 def update_order(settings: Settings, order: dict[str, object]) -> None:
-    """A later version of a January order (new amount and customer) to Kafka: ingest and
-    refine take it from there; it is late for its moved bucket."""
-    changed = {**order, "amount": 1.0, "customer_id": 5}
+    """A later version of a January order (new amount and customer, a minute later: silver
+    orders versions by `ts`) to Kafka: ingest and refine take it from there; it is late for its
+    moved bucket."""
+    changed = {**order, "amount": 1.0, "customer_id": 5, "ts": int(str(order["ts"])) + 60_000}
     kafka.produce(
         settings.kafka,
         "orders",
