@@ -108,7 +108,6 @@ def changes(spark: SparkSession, rows: int, seq: int) -> DataFrame:
             )
             % F.lit(SPAN_MS)
         ).alias("ts"),
-        F.lit(None).cast("string").alias("_rescued_data"),
         F.lit("u").alias("_op"),
         F.lit(seq).cast("long").alias("_seq"),
     )

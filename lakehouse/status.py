@@ -174,8 +174,8 @@ def offline_summary(spark: SparkSession, settings: Settings) -> DataFrame:
 
 
 GOLD_SCHEMA = (
-    "table string, source string, groups long, last_build_at timestamp, last_run_groups long, "
-    "source_state string, source_lag long"
+    "table string, source string, groups long, last_build_at timestamp, "
+    "last_run_rows_changed long, source_state string, source_lag long"
 )
 
 
@@ -183,9 +183,10 @@ def gold_summary(spark: SparkSession, settings: Settings) -> DataFrame:
     """One row per declared gold table: what it holds, its last build, the source state that
     build read and how many source commits it is behind."""
     import json
+    from datetime import UTC, datetime
 
     from lakehouse.gold import source
-    from lakehouse.gold.build import BUILT, gold_path
+    from lakehouse.gold.build import gold_path, last_build, rows_changed
 
     rows: list[tuple[object, ...]] = []
     for name, gold in sorted(settings.gold.items()):
@@ -193,27 +194,21 @@ def gold_summary(spark: SparkSession, settings: Settings) -> DataFrame:
         groups = (
             spark.read.format("delta").load(path).count() if tables.exists(spark, path) else None
         )
-        built = [
-            e
-            for e in system.read_log(spark, settings, system.GOLD_LOG, f"gold.{name}")
-            if e["event"] == BUILT
-        ]
-        last = built[-1] if built else None
-        lag = None
+        last = last_build(spark, path)
+        lag, at, changed = None, None, None
         if last is not None:
-            try:
-                lag = source.source_version_lag(
-                    spark, settings, source.resolve(settings, gold), last["until"]
-                )
-            except Exception:
-                lag = None
+            src = source.resolve(settings, gold)
+            lag = source.source_version_lag(spark, settings, src, last["until"])
+            at = datetime.fromtimestamp(int(last["at"]) / 1000, UTC).replace(tzinfo=None)
+            metrics = last["metrics"]
+            changed = rows_changed(metrics)
         rows.append(
             (
                 f"gold.{name}",
                 gold.source,
                 groups,
-                last["at"] if last else None,
-                last["groups"] if last else None,
+                at,
+                changed,
                 json.dumps(last["until"], sort_keys=True) if last else None,
                 lag,
             )

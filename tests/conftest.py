@@ -1,7 +1,8 @@
 """Session-scoped fixtures: one SparkSession, real services started once per test session.
 
-Tests live in packages mirroring the library's (core, bronze, silver, quality, offline, ...);
-`pytest -m "not services"` runs those that need no Kafka, PostgreSQL or Connect.
+Tests live in packages mirroring the library's (core, bronze, silver, quality, offline, gold);
+`pytest -m "not services"` runs those that need no Kafka, PostgreSQL or Connect, and
+`pytest -m pure` the pure transform, expression and config tests (no table written).
 
 In CI (CI=true) a service that cannot start fails the run; nothing is ever skipped there."""
 
@@ -86,6 +87,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests that need only Spark and Delta."""
     for item in items:
         if "running_services" in getattr(item, "fixturenames", ()):
+            if item.get_closest_marker("pure"):
+                raise pytest.UsageError(f"{item.nodeid} is marked pure but needs the services")
             item.add_marker(pytest.mark.services)
 
 

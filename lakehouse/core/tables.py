@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import fs
 from lakehouse.core.errors import UsageError
@@ -135,6 +135,27 @@ def latest_version(spark: SparkSession, path: str) -> int:
     if version < 0:
         raise UsageError(f"{path}: not a Delta table (no commit in {log_dir})")
     return version
+
+
+def commit_info(spark: SparkSession, path: str, version: int) -> dict[str, Any] | None:
+    """The `commitInfo` of one commit, from its log file (None when the file is gone: log
+    cleanup removes old commits once a checkpoint covers them)."""
+    import json
+
+    file = f"{path.rstrip('/')}/_delta_log/{version:020d}.json"
+    if not fs.exists(spark, file):
+        return None
+    for line in fs.read_text(spark, file).splitlines():
+        action = json.loads(line)
+        if "commitInfo" in action:
+            return dict(action["commitInfo"])
+    return None
+
+
+def user_metadata_conf(metadata: str) -> dict[str, str]:
+    """The session setting that attaches `metadata` to every commit made while it is set
+    (writes and DML alike), for `runtime_conf`."""
+    return {"spark.databricks.delta.commitInfo.userMetadata": metadata}
 
 
 TXN_APP, TXN_VERSION = (

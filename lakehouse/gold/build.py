@@ -6,22 +6,26 @@ pinned state, checks them against the table's expectations, and MERGEs them into
 with rows is inserted or updated, one without is deleted. The first run, `--full-refresh`, or a
 change feed that is no longer there rebuilds the table from the source.
 
-Idempotent: each run is planned in `_system/gold_log` (the states from and to) before its
-commit, and the commit carries the plan's number as its Delta transaction, so a re-run after a
-crash finishes the same plan and commits nothing twice.
+Idempotent, and its own bookkeeping: a run is ONE commit to the gold table (a MERGE, or an
+overwrite when it rebuilds) that carries, as the commit's user metadata, the run's number, the
+table's build id and the source state it built, and the Delta transaction (build id, number).
+The next run reads that state back from the gold table's log (a file read, no Spark job); a
+crash before the commit leaves nothing behind, one after it leaves a finished run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import faults, fs, system, tables
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings
+from lakehouse.core.spark import runtime_conf
 from lakehouse.core.specs import GoldTableSettings, parse_duration
 from lakehouse.core.streaming import check_trigger, repeat
 from lakehouse.gold import aggregate, checks, source
@@ -33,9 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 JOB = "build_gold"
-RUN_ID = "lakehouse.run_id"  # table property: a new id per (re)build
 PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
-PLANNED, BUILT = "build_planned", "built"
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,7 @@ class Plan:
 class GoldResult:
     table: str
     plan: Plan | None = None
-    groups: int = 0  # groups recomputed (upserted or deleted)
-    resumed: bool = False
+    groups: int = 0  # gold rows the run inserted, updated or deleted
     counts: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
@@ -79,8 +80,8 @@ class GoldResult:
             return f"gold.{self.table}: up to date"
         kind = "rebuilt" if self.plan.since is None else "incremental"
         return (
-            f"gold.{self.table}: {'resumed ' if self.resumed else ''}{kind} run "
-            f"{self.plan.n}: {self.groups} group(s) recomputed; source state {self.plan.until}"
+            f"gold.{self.table}: {kind} run {self.plan.n}: {self.groups} group row(s) "
+            f"written or deleted; source state {self.plan.until}"
         )
 
 
@@ -111,57 +112,60 @@ def build_gold(spark: SparkSession, settings: Settings, options: GoldOptions) ->
     path = gold_path(settings, options.table)
     if options.full_refresh:
         full_refresh(spark, settings, options.table)
-    run_id = _ensure_table(spark, path, aggregate.aggregate(sample.limit(0), gold).schema)
     result = GoldResult(options.table)
-    pending, done = _progress(spark, settings, options.table, run_id)
-    if pending is not None:
-        plan, result.resumed = pending, True
+    last = last_build(spark, path)
+    if last is None:  # a new table, or one whose last build left no trace: build it all
+        tables.create_table(
+            spark, path, aggregate.aggregate(sample.limit(0), gold).schema, PROPERTIES
+        )
+        plan = Plan(1, uuid.uuid4().hex[:12], None, state)
+    elif last["until"] == state:
+        return result
     else:
-        since = done["until"] if done else None
-        if since == state:
-            return result
-        plan = Plan(int(done["n"]) + 1 if done else 1, run_id, since, state)
-        _record(spark, settings, PLANNED, options.table, asdict(plan))
+        plan = Plan(int(last["n"]) + 1, str(last["run_id"]), last["until"], state)
     result.plan = plan
     _execute(spark, settings, options.table, gold, src, plan, result)
     return result
 
 
-def _ensure_table(spark: SparkSession, path: str, schema: Any) -> str:
+def rows_changed(metrics: dict[str, Any]) -> int:
+    """Gold rows a build's commit inserted, updated or deleted (a MERGE), or wrote (a rebuild),
+    from the commit's operation metrics."""
+    merge = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+    if any(k in metrics for k in merge):
+        return sum(int(metrics.get(k, 0)) for k in merge)
+    return int(metrics.get("numOutputRows", 0))
+
+
+def last_build(spark: SparkSession, path: str, look_back: int = 50) -> dict[str, Any] | None:
+    """The newest build recorded in the gold table's log: {n, run_id, until, at}, or None."""
     if not tables.exists(spark, path):
-        tables.create_table(spark, path, schema, {**PROPERTIES, RUN_ID: uuid.uuid4().hex[:12]})
-    return tables.properties(spark, path).get(RUN_ID, "0")
+        return None
+    version = tables.latest_version(spark, path)
+    for v in range(version, max(-1, version - look_back), -1):
+        info = tables.commit_info(spark, path, v)
+        if info is None:
+            return None
+        try:
+            metadata = json.loads(info.get("userMetadata") or "{}")
+        except ValueError:
+            continue
+        if JOB in metadata:
+            return {
+                **metadata[JOB],
+                "at": info.get("timestamp"),
+                "version": v,
+                "metrics": info.get("operationMetrics", {}),
+            }
+    return None
 
 
 def full_refresh(spark: SparkSession, settings: Settings, name: str) -> None:
-    """Drop the gold table (it is derived: the next run rebuilds it from its source); its log
-    and metrics keep their history."""
+    """Drop the gold table (it is derived: the next run rebuilds it from its source); the
+    refresh is recorded in `_system/gold_log`, the metrics keep their history."""
     fs.delete(spark, gold_path(settings, name))
     system.append_log(
         spark, settings, system.GOLD_LOG, {"event": "full_refresh", "subject": f"gold.{name}"}
-    )
-
-
-def _progress(
-    spark: SparkSession, settings: Settings, name: str, run_id: str
-) -> tuple[Plan | None, dict[str, Any] | None]:
-    events = [
-        e
-        for e in system.read_log(spark, settings, system.GOLD_LOG, f"gold.{name}")
-        if e["event"] in (PLANNED, BUILT) and e.get("run_id") == run_id
-    ]
-    done = next((e for e in reversed(events) if e["event"] == BUILT), None)
-    planned = next((e for e in reversed(events) if e["event"] == PLANNED), None)
-    if planned is not None and (done is None or planned["n"] > done["n"]):
-        return Plan(**{k: planned[k] for k in Plan.__dataclass_fields__}), done
-    return None, done
-
-
-def _record(
-    spark: SparkSession, settings: Settings, event: str, name: str, details: dict[str, Any]
-) -> None:
-    system.append_log(
-        spark, settings, system.GOLD_LOG, {"event": event, "subject": f"gold.{name}", **details}
     )
 
 
@@ -175,41 +179,53 @@ def _execute(
     result: GoldResult,
 ) -> None:
     rows = source.rows(spark, settings, src, plan.until)
-    keys: DataFrame | None = None
-    if plan.since is not None:
-        try:
-            keys = aggregate.group_keys(
-                source.changed(spark, settings, src, plan.since, plan.until), gold
-            ).persist()
-            keys.count()
-        except Exception as exc:
-            if "changeDataFeed" not in str(exc) and "VersionNotFound" not in str(exc):
-                raise
-            log.warning("gold.%s: change feed unavailable (%s); rebuilding", name, exc)
-            keys = None
+    keys = _touched_groups(spark, settings, name, gold, src, plan)
     recomputed = aggregate.aggregate(
         rows if keys is None else aggregate.in_groups(rows, keys, gold), gold
     )
     checked = checks.apply(spark, settings, name, gold, recomputed, plan)
     path = gold_path(settings, name)
     app_id = f"{JOB}:{name}:{plan.run_id}"
-    if keys is None:
-        tables.overwrite_once(checked.kept, path, app_id, plan.n)
-        result.groups = checked.kept.count()
-    else:
-        _merge(spark, path, gold, aggregate.merge_source(keys, checked.kept, gold), app_id, plan.n)
-        result.groups = keys.count()
-        keys.unpersist()
+    checks.record(spark, settings, name, plan, checked, app_id)  # same transaction id: once
+    marker = json.dumps({JOB: {"n": plan.n, "run_id": plan.run_id, "until": plan.until}})
+    with runtime_conf(spark, tables.user_metadata_conf(marker)):
+        if keys is None:
+            tables.overwrite_once(checked.kept, path, app_id, plan.n)
+        else:
+            changes = aggregate.merge_source(keys, checked.kept, gold)
+            _merge(spark, path, gold, changes, app_id, plan.n)
     faults.point("after_gold_commit")
-    checks.record(spark, settings, name, plan, checked, app_id)
+    if keys is not None:
+        keys.unpersist()
+    built = last_build(spark, path) or {}
+    metrics = built.get("metrics", {})
+    result.groups = rows_changed(metrics)
     result.counts = checked.counts
-    _record(
-        spark,
-        settings,
-        BUILT,
-        name,
-        {"n": plan.n, "run_id": plan.run_id, "until": plan.until, "groups": result.groups},
-    )
+
+
+def _touched_groups(
+    spark: SparkSession,
+    settings: Settings,
+    name: str,
+    gold: GoldTableSettings,
+    src: Source,
+    plan: Plan,
+) -> DataFrame | None:
+    """The groups the source's changes since the last build touched (cached); None to
+    rebuild: the first build, or a change feed that is gone."""
+    if plan.since is None:
+        return None
+    try:
+        keys = aggregate.group_keys(
+            source.changed(spark, settings, src, plan.since, plan.until), gold
+        ).persist()
+        keys.count()
+    except Exception as exc:
+        if "changeDataFeed" not in str(exc) and "VersionNotFound" not in str(exc):
+            raise
+        log.warning("gold.%s: change feed unavailable (%s); rebuilding", name, exc)
+        return None
+    return keys
 
 
 def _merge(

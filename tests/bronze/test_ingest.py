@@ -84,6 +84,7 @@ def test_bad_input_lands_in_bronze_byte_for_byte(spark: SparkSession, kafka_up: 
     assert (result.rows, result.gaps) == (8, [])
 
 
+@pytest.mark.pure
 def test_value_error_shape_check_and_source_quoting(spark: SparkSession) -> None:
     """The projection is SQL text: the shape check's edge cases, and a source name that
     needs quoting, come out as written (a pure transformation, no broker)."""

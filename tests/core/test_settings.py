@@ -8,6 +8,8 @@ import pytest
 
 from lakehouse.core.settings import Secret, Settings, SettingsError, load_settings
 
+pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
+
 
 def write_conf(tmp_path: Path, base: str, overlay: str | None = None, env: str = "dev") -> Path:
     conf = tmp_path / "conf"

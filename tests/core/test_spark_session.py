@@ -7,6 +7,8 @@ from pyspark.sql import SparkSession
 
 from lakehouse.core.spark import runtime_conf
 
+pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
+
 
 def test_runtime_conf_applies_inside_and_restores_after_an_error(spark: SparkSession) -> None:
     unset_key, set_key = "spark.sql.maxConcurrentOutputFileWriters", "spark.sql.shuffle.partitions"

@@ -51,4 +51,4 @@ def test_validate_passes_and_fails_as_declared_and_status_shows_the_lag(
     assert not report.success
     assert [(o.name, o.unexpected_count) for o in report.failed] == [("small_revenue", 1)]
     (row,) = gold_summary(spark, settings).where(f"table = 'gold.{name}'").collect()
-    assert (row["groups"], row["source_lag"], row["last_run_groups"]) == (1, 0, 1)
+    assert (row["groups"], row["source_lag"], row["last_run_rows_changed"]) == (1, 0, 1)

@@ -14,6 +14,8 @@ from lakehouse.core.settings import SettingsError, load_settings
 from lakehouse.core.specs import parse_duration
 from lakehouse.offline import buckets
 
+pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
+
 T = datetime(2026, 3, 29, 0, 0)  # a DST change day in Europe: nothing changes in UTC
 
 

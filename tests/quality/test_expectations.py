@@ -21,6 +21,8 @@ from lakehouse.quality.expectations import (
     with_failed_names,
 )
 
+pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
+
 ORDERS = "order_id long, status string, amount double"
 RULES = [
     Expectation("amount_non_negative", "amount >= 0", "warn"),

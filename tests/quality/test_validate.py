@@ -301,6 +301,7 @@ def test_scd2_history_validates_open_versions_at_the_latest_version(
     )
 
 
+@pytest.mark.pure
 def test_unknown_expectation_type_fails_clearly_before_reading_the_table(
     spark: SparkSession, settings: Settings
 ) -> None:
@@ -319,6 +320,7 @@ def test_unknown_expectation_type_fails_clearly_before_reading_the_table(
     )
 
 
+@pytest.mark.pure
 def test_bad_kwargs_name_the_table_the_rule_and_the_problem(settings: Settings) -> None:
     name, declared = declare(
         settings,
@@ -364,6 +366,7 @@ def test_a_keyed_table_without_its_bookkeeping_is_refused(
         validate(spark, declared, name)
 
 
+@pytest.mark.pure
 def test_gx_project_lives_next_to_a_local_root_else_in_the_checkout(settings: Settings) -> None:
     def at(root: str) -> Path:
         return gx_dir(replace(settings, storage=replace(settings.storage, root=root)))

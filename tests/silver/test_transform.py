@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.bronze.transform import kafka_to_bronze
 from lakehouse.core.specs import SilverTableSettings
 from lakehouse.silver.transform import event_records, parse_schema, silver_columns
+
+pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 
 KAFKA = (
     "key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
