@@ -121,7 +121,13 @@ def _as_records(pending: DataFrame, row: StructType, kind: str) -> DataFrame:
         F.col("raw_key").alias(silver.RAW_KEY),
         F.col("raw_value").alias(silver.RAW_VALUE),
         F.lit(None).cast("string").alias(silver.VALUE_ERROR),
-        F.lit(None).cast("string").alias(silver.ERROR),
+        # A record that never parsed has nothing to replay until an operator writes one into
+        # `record`: it keeps its parse error, so the `parsable` rule keeps it quarantined
+        # (else it would replay as a row of NULLs).
+        F.when(
+            F.col("parse_error").isNotNull() & F.coalesce(F.col("record"), F.lit("{}")).isin("{}"),
+            F.col("parse_error"),
+        ).alias(silver.ERROR),
         F.array().cast("array<string>").alias(silver.UNKNOWN),
         *[parsed[f.name].alias(f.name) for f in row.fields],
         *(change if kind == "cdc" else []),
