@@ -47,9 +47,14 @@ class Plan:
     metrics_path: str
     quarantine_path: str
 
+    # The streaming query's id, from its checkpoint: a new checkpoint starts its batch ids at
+    # 0 again, so the transaction id must name the checkpoint too, or Delta would skip every
+    # batch of the new stream as already committed (empty for replays, which have none).
+    stream_id: str = ""
+
     @property
     def app_id(self) -> str:
-        return f"{JOB}:{self.name}:{self.run_id}"
+        return f"{JOB}:{self.name}:{self.run_id}" + (f":{self.stream_id}" if self.stream_id else "")
 
 
 def silver_path(settings: Settings, name: str) -> str:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from lakehouse.bronze import offsets
 from lakehouse.bronze.ingest import bronze_path
 from lakehouse.core import fs, protection, system, tables
-from lakehouse.core.errors import ContractViolation
+from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import SilverTableSettings
@@ -100,11 +101,21 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
     path = silver_path(settings, options.table)
     if options.full_refresh:
         full_refresh(spark, settings, options.table)
+    checkpoint = checkpoint_path(settings, options.table)
+    fresh = not offsets.checkpoint_exists(spark, checkpoint)
     plan = prepare(spark, settings, options.table, table, source.kind, path)
+    if fresh and table.mode == "append" and not _is_empty(spark, path):
+        raise UsageError(
+            f"silver.{options.table} has rows but its checkpoint {checkpoint} is gone: a new "
+            "stream would append every bronze record again. Rebuild it: refine_silver --table "
+            f"{options.table} --full-refresh (keyed tables just replay: their apply is idempotent)"
+        )
     result = RefineResult(options.table, path, plan.run_id)
     errors: list[BaseException] = []
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
+        if not plan.stream_id:
+            plan.stream_id = stream_id(spark, checkpoint)
         try:
             result.add(int(batch_id), refine_batch(batch, int(batch_id), plan))
         except ContractViolation as exc:
@@ -114,7 +125,7 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
     writer = (
         _feed(spark, table, source_path)
         .writeStream.foreachBatch(on_batch)
-        .option("checkpointLocation", checkpoint_path(settings, options.table))
+        .option("checkpointLocation", checkpoint)
         .queryName(f"{JOB}_{options.table}")
     )
     query = with_trigger(writer, options.trigger, options.trigger_interval).start()
@@ -129,6 +140,18 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
 
 def checkpoint_path(settings: Settings, name: str) -> str:
     return tables.checkpoint_path(settings, JOB, name)
+
+
+def stream_id(spark: SparkSession, checkpoint: str) -> str:
+    """The id Spark gave the streaming query of `checkpoint` (its `metadata` file, written
+    before the first batch); it lives as long as the checkpoint."""
+    import json
+
+    return str(json.loads(fs.read_text(spark, f"{checkpoint}/metadata"))["id"])[:8]
+
+
+def _is_empty(spark: SparkSession, path: str) -> bool:
+    return not spark.read.format("delta").load(path).take(1)
 
 
 def _feed(spark: SparkSession, table: SilverTableSettings, source_path: str) -> DataFrame:

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from lakehouse import cli
 from lakehouse.cli import tables as cli_tables
 from lakehouse.core import fs
+from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 from lakehouse.quality.expectations import ExpectationFailed
 from lakehouse.silver.replay import replay_quarantine
@@ -30,6 +31,7 @@ from tests.silver.helpers import (
     rule,
     run_refine,
     silver_table,
+    with_silver,
 )
 
 RULES = (
@@ -294,6 +296,22 @@ def test_quarantine_replay_after_repair(spark: SparkSession, kafka_up: Settings)
     assert again.considered == 0
     assert current(spark, settings, name).count() == 2
 
+    # The unparsable record has nothing to replay: it stays quarantined, silver unchanged...
+    unparsable = replay_quarantine(spark, settings, name, where="offset = 2")
+    assert (unparsable.considered, unparsable.replayed, unparsable.still_quarantined) == (1, 0, 1)
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    # ...until an operator writes the record it should have been.
+    spark.sql(
+        f"UPDATE delta.`{settings.storage.path('_system', 'quarantine')}` SET record = "
+        """'{"order_id": 3, "customer_id": 7, "order_status": "paid", "amount": 2.0, "ts": 1}' """
+        f"WHERE `table` = '{name}' AND offset = 2"
+    )
+    fixed = replay_quarantine(spark, settings, name, where="offset = 2")
+    assert (fixed.considered, fixed.replayed, fixed.still_quarantined) == (1, 1, 0)
+    assert sorted(r["order_id"] for r in current(spark, settings, name).collect()) == [1, 2, 3]
+
 
 def test_status_summary_and_cli_replay(
     spark: SparkSession,
@@ -343,3 +361,37 @@ def test_status_summary_and_cli_replay(
         current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
     )
     assert summary() == [(3, 0, 3, "amount_not_negative=2, known_status=1", 0)]
+
+
+def test_a_lost_checkpoint_loses_nothing_keyed_and_refuses_to_duplicate_append(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Delta remembers each transaction id's last batch: a new checkpoint restarts batch ids at
+    0, so its batches must not carry the old stream's id, or they would all be skipped as
+    already committed and every change since would be lost."""
+    first: list[object] = [order(1, "paid", 1.0, 1), order(2, "paid", 2.0, 1)]
+    source, topic, name, settings = events_pipeline(
+        spark, kafka_up, first, schema=ORDER_SCHEMA, keys=("order_id",), sequence_by="ts"
+    )
+    run_refine(spark, settings, name)
+    fs.delete(spark, settings.storage.path("_checkpoints", "refine_silver", name))
+    produce(settings, topic, [order(2, "shipped", 2.0, 2), order(3, "paid", 3.0, 1)])
+    run_ingest(spark, settings, source)
+    run_refine(spark, settings, name)
+    expected = spark.createDataFrame(
+        [
+            (1, 7, "paid", 1.0, 1, None),
+            (2, 7, "shipped", 2.0, 2, None),
+            (3, 7, "paid", 3.0, 1, None),
+        ],
+        SILVER,
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+
+    appended, settings = with_silver(settings, source, schema=ORDER_SCHEMA, mode="append")
+    run_refine(spark, settings, appended)
+    fs.delete(spark, settings.storage.path("_checkpoints", "refine_silver", appended))
+    with pytest.raises(UsageError, match=r"checkpoint .* is gone: a new stream would append"):
+        run_refine(spark, settings, appended)
