@@ -187,6 +187,7 @@ def _execute(
     path = gold_path(settings, name)
     app_id = f"{JOB}:{name}:{plan.run_id}"
     checks.record(spark, settings, name, plan, checked, app_id)  # same transaction id: once
+    faults.point("before_gold_commit")
     marker = json.dumps({JOB: {"n": plan.n, "run_id": plan.run_id, "until": plan.until}})
     with runtime_conf(spark, tables.user_metadata_conf(marker)):
         if keys is None:

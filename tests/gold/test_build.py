@@ -188,8 +188,9 @@ def test_expectations_on_gold_rows_warn_drop_and_count(
     assert counts == {"small_groups": (1, 1), "big_spender": (1, 1)}
 
 
-def test_a_crash_after_the_commit_then_a_rerun_ends_as_one_run(
-    spark: SparkSession, settings: Settings, tmp_path: Path
+@pytest.mark.parametrize("fault", ["before_gold_commit", "after_gold_commit"])
+def test_a_crash_around_the_commit_then_a_rerun_ends_as_one_run(
+    spark: SparkSession, settings: Settings, tmp_path: Path, fault: str
 ) -> None:
     offline, settings = offline_setup(spark, settings)
     realtime = settings.offline_table(offline).realtime
@@ -212,11 +213,14 @@ def test_a_crash_after_the_commit_then_a_rerun_ends_as_one_run(
             }
         )
     )
-    done = run_job("build_gold", ["--table", name], {**env, FAULT_ENV: "after_gold_commit"})
+    done = run_job("build_gold", ["--table", name], {**env, FAULT_ENV: fault})
     assert done.returncode == -9, done.stderr[-2000:]
     done = run_job("build_gold", ["--table", name], env)
     assert done.returncode == EXIT_OK, done.stderr[-2000:]
-    assert "up to date" in done.stdout  # the killed run had committed: nothing is redone
+    if fault == "after_gold_commit":
+        assert "up to date" in done.stdout  # the killed run had committed: nothing is redone
+    else:
+        assert "rebuilt run 1" in done.stdout  # nothing had been committed: the run is redone
     assert_gold(spark, settings, name, model(spark, events))
     writes = [
         r
