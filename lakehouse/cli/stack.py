@@ -54,8 +54,6 @@ def demo(settings: Settings, args: argparse.Namespace) -> None:
 
 COMMANDS = {
     "setup": Command("resolve JVM packages and service jars into .lakehouse/", setup),
-    "services": Command(
-        "start, stop or inspect the local services", services, _services_arguments
-    ),
+    "services": Command("start, stop or inspect the local services", services, _services_arguments),
     "demo": Command("start the services and run the demo pipeline", demo, _demo_arguments),
 }

@@ -189,9 +189,7 @@ def replay(settings: Settings, args: argparse.Namespace) -> None:
 
 
 COMMANDS = {
-    "spark-submit-args": Command(
-        "print the spark-submit options for a cluster", spark_submit_args
-    ),
+    "spark-submit-args": Command("print the spark-submit options for a cluster", spark_submit_args),
     "status": Command("services, and per layer what the tables hold", status),
     "reset": Command(
         "full refresh of a table, as its job's --full-refresh (refused if protected)",

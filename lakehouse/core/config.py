@@ -288,4 +288,3 @@ def _as_number(kind: type, value: Any, where: str, dotted: str) -> int | float:
     if kind is int and isinstance(value, float) and value != number:
         raise SettingsError(f"{where}: '{dotted}' must be a whole number, got {value!r}")
     return typing.cast(int | float, number)
-

@@ -129,7 +129,6 @@ class SilverTableSettings:
             raise ValueError("expectation names must be unique within a table")
 
 
-
 DAY = 86_400
 _DURATION = re.compile(r"\s*(-?\d+)\s*(s|m|h|d)\s*")
 _UNITS = {"s": 1, "m": 60, "h": 3_600, "d": DAY}

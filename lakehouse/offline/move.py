@@ -285,9 +285,7 @@ def _execute(
     if plan.replaces_buckets:
         owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
         where = plan.buckets_sql(owned)
-        rows = store.realtime_rows(spark, rt_path, plan.realtime_version, spec).where(
-            F.expr(where)
-        )
+        rows = store.realtime_rows(spark, rt_path, plan.realtime_version, spec).where(F.expr(where))
         columns = spark.read.format("delta").load(off_path).columns
         rows = rows.select(*[f"`{c}`" for c in columns if c in rows.columns])
         counts = rows.groupBy(BUCKET).count().collect()

@@ -194,9 +194,7 @@ def write_silver(
                 scd2.apply_truncate_scd2(spark, plan.path, seq, ts)
 
 
-def _evolve(
-    spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: frozenset[str]
-) -> None:
+def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: frozenset[str]) -> None:
     """schema_drift: evolve. Infer the new fields' types from this batch's records (events:
     the JSON values; CDC: the rescued fields, so as text), add them as silver columns
     (flattened like the rest) and record them in a table property, so later batches and

@@ -212,10 +212,7 @@ def _event(shape: _Shape, seq: str, ts: Column, upsert: bool, prio: int, anchor:
     from pyspark.sql import functions as F
 
     return F.struct(
-        *[
-            (_col(c) if upsert else F.lit(None).cast(shape.types[c])).alias(c)
-            for c in shape.values
-        ],
+        *[(_col(c) if upsert else F.lit(None).cast(shape.types[c])).alias(c) for c in shape.values],
         F.col(seq).cast("long").alias(SEQ),
         ts.cast("timestamp").alias(TS),
         F.lit(upsert).alias(_UP),
@@ -255,9 +252,7 @@ def _rebuilt_events(shape: _Shape, target: DataFrame, new: DataFrame) -> DataFra
     from pyspark.sql import functions as F
 
     same_key = [F.col(f"t.`{k}`").eqNullSafe(F.col(f"k.`{k}`")) for k in shape.keys]
-    existing = target.alias("t").join(
-        new.select(*shape.key_cols).alias("k"), same_key, "left_semi"
-    )
+    existing = target.alias("t").join(new.select(*shape.key_cols).alias("k"), same_key, "left_semi")
     marker = F.col(END_SEQ).isNotNull() & (F.col(START_SEQ) == F.col(END_SEQ))
     folded = ~marker & (F.col(TARGET_SEQ) > F.col(START_SEQ))
     return _events_of(

@@ -36,6 +36,8 @@ TRANSIENT = (TOPIC, PARTITION, OFFSET, RAW_KEY, RAW_VALUE, VALUE_ERROR, ERROR, U
 
 # The built-in rule every table has: a record that did not parse goes to quarantine.
 PARSABLE = Expectation("parsable", f"{ERROR} IS NULL", "quarantine")
+
+
 class SchemaDriftError(ContractViolation):
     """Records carry fields the declared schema lacks and the table's policy is `fail`."""
 
@@ -169,8 +171,6 @@ def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedS
     records = parse_records(staged, F.col(RAW_VALUE).cast("string"), schema, error)
     records = records.withColumn(CHECKED, F.col(ERROR).isNull())
     return flatten(explode_arrays(records, table.explode), keep=TRANSIENT)
-
-
 
 
 def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSchema) -> DataFrame:
