@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SOURCE_KINDS = ("events", "cdc")
+# Debezium's modes and the encodings a silver column may declare (`lakehouse.silver.decode`).
+DECIMAL_HANDLING_MODES = ("precise", "string", "double")
+TIME_PRECISION_MODES = ("adaptive", "adaptive_time_microseconds", "connect")
+ENCODINGS = ("iso", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns", "epoch_days", "text", "base64")
 
 
 @dataclass(frozen=True)
@@ -30,10 +34,23 @@ class SourceSettings:
     max_value_bytes: int = 1_048_576
     # Passed through to Spark's Kafka source with the `kafka.` prefix (may hold ${SECRET}s).
     kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
+    # CDC: the Debezium connector's `decimal.handling.mode` and `time.precision.mode` (its
+    # defaults here too): how numeric, timestamp and date values are encoded on the topic.
+    decimal_handling_mode: str = "precise"
+    time_precision_mode: str = "adaptive"
 
     def __post_init__(self) -> None:
         if self.kind not in SOURCE_KINDS:
             raise ValueError(f"'kind' must be one of {', '.join(SOURCE_KINDS)}, got {self.kind!r}")
+        for key, value, allowed in (
+            ("decimal_handling_mode", self.decimal_handling_mode, DECIMAL_HANDLING_MODES),
+            ("time_precision_mode", self.time_precision_mode, TIME_PRECISION_MODES),
+        ):
+            if value not in allowed:
+                raise ValueError(
+                    f"{key!r} must be one of {', '.join(allowed)} (the Debezium connector's "
+                    f"setting), got {value!r}"
+                )
         if bool(self.topics) == bool(self.topic_pattern):
             raise ValueError("set exactly one of 'topics' (a list) or 'topic_pattern' (a regex)")
         if self.max_offsets_per_trigger < 0:
@@ -103,6 +120,9 @@ class SilverTableSettings:
     tombstone_retention_hours: int = 168
     # Bronze files per micro-batch (Delta's maxFilesPerTrigger); 0 = Delta's default (1000).
     max_files_per_trigger: int = 0
+    # Column -> how its values are encoded: TIMESTAMP iso|epoch_s|epoch_ms|epoch_us|epoch_ns,
+    # DATE iso|epoch_days, DECIMAL text|base64 (defaults: `lakehouse.silver.decode`).
+    encodings: dict[str, str] = field(default_factory=dict)
     expectations: tuple[ExpectationSettings, ...] = ()
     # Table-level Great Expectations checks run only by `lakehouse validate` (row count,
     # key uniqueness, ...), on top of `expectations`.
@@ -124,6 +144,12 @@ class SilverTableSettings:
             raise ValueError("mode 'upsert' needs 'sequence_by' (the column ordering versions)")
         if self.tombstone_retention_hours < 0:
             raise ValueError("'tombstone_retention_hours' must be >= 0")
+        for column, encoding in self.encodings.items():
+            if encoding not in ENCODINGS:
+                raise ValueError(
+                    f"encodings.{column}: {encoding!r} is not an encoding; use one of "
+                    f"{', '.join(ENCODINGS)}"
+                )
         names = [e.name for e in (*self.expectations, *self.table_expectations)]
         if len(names) != len(set(names)):
             raise ValueError("expectation names must be unique within a table")

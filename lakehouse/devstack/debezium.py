@@ -85,6 +85,8 @@ def postgres_connector_config(
         "publication.name": _publication_name(slot_name),
         "publication.autocreate.mode": "filtered",
         "tombstones.on.delete": "true",
+        # Debezium skips truncates by default (`t`); silver applies them.
+        "skipped.operations": "none",
         "key.converter": JSON_CONVERTER,
         "key.converter.schemas.enable": schemas,
         "value.converter": JSON_CONVERTER,

@@ -53,11 +53,33 @@ def metrics_rows(
     batch_id: int,
     actions: Mapping[str, str],
     counts: BatchCounts,
+    undecoded: Mapping[str, int] | None = None,
+    undecoded_action: str = "rescue",
 ) -> DataFrame:
-    """One row per rule of the batch; `actions` maps each rule to its action."""
+    """One row per rule of the batch; `actions` maps each rule to its action. `undecoded`:
+    per column, how many values did not decode into its type (`decode:<column>` rows, with
+    `undecoded_action`: `rescue` for events, `quarantine` for CDC), so a column that is
+    silently empty shows up next to the rules."""
     from pyspark.sql import functions as F
 
-    rows = [
+    decode_rows = [
+        (
+            table,
+            run_id,
+            batch_id,
+            None,
+            f"decode:{column}",
+            undecoded_action,
+            counts.rows - failed,
+            failed,
+            counts.rows,
+            counts.written,
+            counts.dropped,
+            counts.quarantined,
+        )
+        for column, failed in (undecoded or {}).items()
+    ]
+    rows = decode_rows + [
         (
             table,
             run_id,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import current, tables
@@ -39,6 +39,8 @@ class BatchStats(BatchCounts):
 
     unknown_fields: frozenset[str]
     truncates: tuple[tuple[int, Any], ...]
+    # Per declared column with values that did not decode into its type: how many.
+    undecoded: dict[str, int] = field(default_factory=dict)
 
 
 def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
@@ -49,7 +51,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
         records = _resolve_toast(spark, plan, records)
     evaluated = silver.evaluate_rules(records, plan.expectations).persist()
     try:
-        stats = batch_stats(evaluated, plan.expectations)
+        stats = batch_stats(evaluated, plan.expectations, plan.schema.names)
         if stats.unknown_fields and _drift(spark, plan, evaluated, stats, batch_id):
             evaluated.unpersist()
             return refine_batch(batch, batch_id, plan)  # parsed again with the new columns
@@ -62,7 +64,16 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             )
             tables.append_once(rejected, plan.quarantine_path, plan.app_id, batch_id)
         actions = {e.name: e.action for e in plan.expectations}
-        metrics = metrics_rows(spark, plan.name, plan.run_id, batch_id, actions, stats)
+        metrics = metrics_rows(
+            spark,
+            plan.name,
+            plan.run_id,
+            batch_id,
+            actions,
+            stats,
+            stats.undecoded,
+            "quarantine" if plan.kind == "cdc" else "rescue",
+        )
         tables.append_once(metrics, plan.metrics_path, plan.app_id, batch_id)
     finally:
         evaluated.unpersist()
@@ -109,9 +120,12 @@ def _resolve_toast(spark: SparkSession, plan: Plan, records: DataFrame) -> DataF
     return toast.resolve_unchanged_toast(records, live, plan.table.keys, columns)
 
 
-def batch_stats(evaluated: DataFrame, expectations: Sequence[Expectation]) -> BatchStats:
+def batch_stats(
+    evaluated: DataFrame, expectations: Sequence[Expectation], columns: Sequence[str] = ()
+) -> BatchStats:
     """Every figure a batch needs, from one aggregation: rows, per-rule failures, what is
-    written/dropped/quarantined, unknown field names and truncate positions."""
+    written/dropped/quarantined, unknown field names, truncate positions and per declared
+    column (`columns`) the values that did not decode."""
     from pyspark.sql import functions as F
 
     def count_if(condition: Column) -> Column:
@@ -126,6 +140,10 @@ def batch_stats(evaluated: DataFrame, expectations: Sequence[Expectation]) -> Ba
         count_if(removed & ~quarantine).alias("_dropped"),
         F.array_distinct(F.flatten(F.collect_set(silver.UNKNOWN))).alias("_unknown"),
         *[count_if(fails(expectations, e.name)).alias(e.name) for e in expectations],
+        *[
+            count_if(F.array_contains(silver.MISTYPED, c)).alias(f"_undecoded_{i}")
+            for i, c in enumerate(columns)
+        ],
     ]
     is_cdc = OP in evaluated.columns
     if is_cdc:
@@ -143,6 +161,7 @@ def batch_stats(evaluated: DataFrame, expectations: Sequence[Expectation]) -> Ba
         per_rule,
         frozenset(row["_unknown"] or ()),
         truncates,
+        {c: int(n) for i, c in enumerate(columns) if (n := row[f"_undecoded_{i}"] or 0)},
     )
 
 
@@ -179,19 +198,33 @@ def write_silver(
     changes = rows.where(f"{OP} <> '{TRUNCATE}'").select(
         *[f"`{c}`" for c in columns], OP, SEQ, TS, *([arrival] if mode == "scd1" else [])
     )
-    # Each commit of the batch has its own app id: Delta skips a commit whose app id already
-    # reached this batch, so a crash between the two redoes only the second.
-    with tables.transaction(spark, plan.app_id, batch_id):
-        if mode == "scd1":
-            scd1.apply_scd1(spark, plan.path, changes, keys, rows=count)
-        else:
-            scd2.apply_scd2(spark, plan.path, changes, keys, list(plan.table.track_columns))
-    for i, (seq, ts) in enumerate(sorted(truncates, key=lambda t: t[0])):
-        with tables.transaction(spark, f"{plan.app_id}:truncate{i}", batch_id):
-            if mode == "scd1":
-                scd1.apply_truncate_scd1(spark, plan.path, seq, ts)
-            else:
-                scd2.apply_truncate_scd2(spark, plan.path, seq, ts)
+    # Changes and truncates apply in source order: the changes before the first truncate, the
+    # truncate, the changes up to the next, ... (a truncate-and-reload in one batch keeps the
+    # reload). Each commit of the batch has its own app id: Delta skips a commit whose app id
+    # already reached this batch, so a crash between two redoes only the ones after.
+    ordered = sorted(truncates, key=lambda t: t[0])
+    edges = [None, *[seq for seq, _ts in ordered], None]
+    for i in range(len(edges) - 1):
+        lower, upper = edges[i], edges[i + 1]
+        part = changes
+        if lower is not None:
+            part = part.where(F.col(SEQ) >= F.lit(lower))
+        if upper is not None:
+            part = part.where(F.col(SEQ) < F.lit(upper))
+        app_id = plan.app_id if i == 0 else f"{plan.app_id}:after_truncate{i}"
+        if i == 0 or part.take(1):
+            with tables.transaction(spark, app_id, batch_id):
+                if mode == "scd1":
+                    scd1.apply_scd1(spark, plan.path, part, keys, rows=count)
+                else:
+                    scd2.apply_scd2(spark, plan.path, part, keys, list(plan.table.track_columns))
+        if upper is not None:
+            seq, ts = ordered[i]
+            with tables.transaction(spark, f"{plan.app_id}:truncate{i}", batch_id):
+                if mode == "scd1":
+                    scd1.apply_truncate_scd1(spark, plan.path, seq, ts)
+                else:
+                    scd2.apply_truncate_scd2(spark, plan.path, seq, ts)
 
 
 def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: frozenset[str]) -> None:
@@ -219,4 +252,4 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     ddl = tables.columns_ddl(evolved)
     spark.sql(f"ALTER TABLE delta.`{plan.path}` SET TBLPROPERTIES ('{EVOLVED}' = '{ddl}')")
     log.warning("silver.%s: schema evolved, added %s", plan.name, sorted(unknown))
-    plan.schema = silver.parse_schema(plan.table.schema, ddl)
+    plan.schema = silver.parse_schema(plan.table.schema, ddl, plan.schema.encodings)

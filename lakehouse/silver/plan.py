@@ -4,18 +4,20 @@ rules, and where quarantine and metrics go. Shared by the stream (`refine`) and 
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakehouse.bronze import transform as bronze
 from lakehouse.core import system, tables
+from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import SilverTableSettings
 from lakehouse.quality.expectations import Expectation, from_settings
 from lakehouse.quality.metrics import metrics_schema
 from lakehouse.quality.quarantine import quarantine_schema
-from lakehouse.silver import scd1, scd2
+from lakehouse.silver import decode, scd1, scd2
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import OP, SEQ, TS
 from lakehouse.silver.transform import ParsedSchema
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
 JOB = "refine_silver"
 RUN_ID = "lakehouse.run_id"  # table property: a new id per (re)build, part of the txn app id
 EVOLVED = "lakehouse.evolved_schema"  # table property: DDL of fields added by `evolve`
+# Table property: what the stored rows were built by (mode, keys, ordering, versioning,
+# explode). A table built under one contract and merged under another is silently wrong.
+CONTRACT = "lakehouse.contract"
 # Deletion vectors: a MERGE marks the changed rows of a file instead of rewriting the file, so
 # far less of its cost grows with the table (bench/silver_merge.py: a 10,000-change MERGE into
 # 4M rows 16.0 s -> 10.7 s; 4M over 250k rows 2.9x -> 2.3x).
@@ -92,10 +97,17 @@ def prepare(
     )
     _check_columns(name, table, records)
     if not tables.exists(spark, path):
-        properties = {**SILVER_PROPERTIES, RUN_ID: uuid.uuid4().hex[:12]}
+        properties = {
+            **SILVER_PROPERTIES,
+            RUN_ID: uuid.uuid4().hex[:12],
+            CONTRACT: contract(table),
+        }
         tables.create_table(spark, path, _silver_schema(records, table), properties)
     props = tables.properties(spark, path)
-    schema = silver.parse_schema(table.schema, props.get(EVOLVED, ""))
+    _check_contract(spark, name, table, path, props.get(CONTRACT))
+    schema = silver.parse_schema(
+        table.schema, props.get(EVOLVED, ""), _encodings(settings, name, table, declared)
+    )
     metrics_path = system.path(settings, system.METRICS)
     quarantine_path = system.path(settings, system.QUARANTINE)
     tables.create_table(spark, metrics_path, metrics_schema(), {"delta.appendOnly": "true"})
@@ -111,6 +123,59 @@ def prepare(
         metrics_path,
         quarantine_path,
     )
+
+
+def contract(table: SilverTableSettings) -> str:
+    return json.dumps(
+        {
+            "mode": table.mode,
+            "keys": list(table.keys),
+            "sequence_by": table.sequence_by,
+            "track_columns": list(table.track_columns),
+            "explode": list(table.explode),
+        },
+        sort_keys=True,
+    )
+
+
+def _check_contract(
+    spark: SparkSession, name: str, table: SilverTableSettings, path: str, stored: str | None
+) -> None:
+    """Refuse to merge into a table built under another contract; a table from before
+    contracts were recorded adopts the current one."""
+    now = contract(table)
+    if stored is None:
+        tables.set_properties(spark, path, {CONTRACT: now})
+        return
+    if stored == now:
+        return
+    before, after = json.loads(stored), json.loads(now)
+    changed = "; ".join(
+        f"{key} {before.get(key)!r} -> {after[key]!r}"
+        for key in sorted(after)
+        if before.get(key) != after[key]
+    )
+    raise UsageError(
+        f"silver.{name} was built with other settings than conf declares ({changed}): its rows "
+        f"would be merged by the new ones and be silently wrong. Rebuild it from bronze: "
+        f"refine_silver --table {name} --full-refresh (or put the settings back)"
+    )
+
+
+def _encodings(
+    settings: Settings, name: str, table: SilverTableSettings, declared: ParsedSchema
+) -> dict[str, str]:
+    source = settings.sources[table.source]
+    try:
+        return decode.resolve_encodings(
+            declared.struct,
+            table.encodings,
+            source.kind,
+            source.decimal_handling_mode,
+            source.time_precision_mode,
+        )
+    except ValueError as exc:
+        raise SettingsError(f"silver.{name}.encodings: {exc}") from None
 
 
 def transform(

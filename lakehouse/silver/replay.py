@@ -22,7 +22,7 @@ from lakehouse.silver.changes import OP, SEQ, TS, UPSERT_OPS
 from lakehouse.silver.plan import JOB, Plan, prepare, silver_path
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 _ID = "_lh_id"  # the quarantined row's id, carried through the re-check
@@ -124,16 +124,31 @@ def _as_records(pending: DataFrame, row: StructType, kind: str) -> DataFrame:
         # A record that never parsed has nothing to replay until an operator writes one into
         # `record`: it keeps its parse error, so the `parsable` rule keeps it quarantined
         # (else it would replay as a row of NULLs).
+        # Likewise a change with values that did not decode until each is written in.
         F.when(
             F.col("parse_error").isNotNull() & F.coalesce(F.col("record"), F.lit("{}")).isin("{}"),
             F.col("parse_error"),
-        ).alias(silver.ERROR),
+        )
+        .when(_still_undecoded(), F.col("parse_error"))
+        .alias(silver.ERROR),
         F.array().cast("array<string>").alias(silver.UNKNOWN),
+        F.array().cast("array<string>").alias(silver.MISTYPED),
         *[parsed[f.name].alias(f.name) for f in row.fields],
         *(change if kind == "cdc" else []),
     )
     checked = F.col(OP).isin(*UPSERT_OPS) if kind == "cdc" else F.lit(True)
     return records.withColumn(silver.CHECKED, checked)
+
+
+def _still_undecoded() -> Column:
+    """The row was quarantined as `undecodable: a, b` and its record still lacks a or b."""
+    from pyspark.sql import functions as F
+
+    listed = F.split(F.regexp_extract(F.col("parse_error"), r"^undecodable: (.*)$", 1), ", ")
+    values = F.from_json(F.col("record"), "map<string,string>")
+    return F.col("parse_error").startswith("undecodable: ") & F.exists(
+        listed, lambda c: F.coalesce(values, F.create_map())[c].isNull()
+    )
 
 
 def _apply_fixes(

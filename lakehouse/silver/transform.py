@@ -10,13 +10,14 @@ exception: it carries `_lh_error` and the built-in `parsable` rule sends it to q
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lakehouse.bronze.transform import TOMBSTONE
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.quality.expectations import FAILED, MASK, Expectation, evaluate, mask_columns
+from lakehouse.silver import decode
 from lakehouse.silver.changes import DELETE, OP, SEQ, TRUNCATE, TS, UPSERT_OPS
 
 if TYPE_CHECKING:
@@ -31,8 +32,20 @@ TOPIC, PARTITION, OFFSET = "_lh_topic", "_lh_partition", "_lh_offset"
 RAW_KEY, RAW_VALUE, VALUE_ERROR = "_lh_key", "_lh_value", "_lh_value_error"
 ERROR = "_lh_error"  # why the record could not be parsed (null when it parsed)
 UNKNOWN = "_lh_unknown"  # names of top-level fields the schema does not declare
+MISTYPED = "_lh_mistyped"  # names of declared top-level fields whose value did not decode
 CHECKED = "_lh_checked"  # whether user expectations apply (not for deletes/unparsable rows)
-TRANSIENT = (TOPIC, PARTITION, OFFSET, RAW_KEY, RAW_VALUE, VALUE_ERROR, ERROR, UNKNOWN, CHECKED)
+TRANSIENT = (
+    TOPIC,
+    PARTITION,
+    OFFSET,
+    RAW_KEY,
+    RAW_VALUE,
+    VALUE_ERROR,
+    ERROR,
+    UNKNOWN,
+    MISTYPED,
+    CHECKED,
+)
 
 # The built-in rule every table has: a record that did not parse goes to quarantine.
 PARSABLE = Expectation("parsable", f"{ERROR} IS NULL", "quarantine")
@@ -44,16 +57,22 @@ class SchemaDriftError(ContractViolation):
 
 @dataclass(frozen=True)
 class ParsedSchema:
-    """The record schema a batch is parsed with: the declared DDL plus evolved fields."""
+    """The record schema a batch is parsed with: the declared DDL plus evolved fields, and
+    each top-level column's encoding (`lakehouse.silver.decode`)."""
 
     struct: StructType
+    encodings: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.struct.fields]
 
 
-def parse_schema(declared_ddl: str, evolved_ddl: str = "") -> ParsedSchema:
+def parse_schema(
+    declared_ddl: str, evolved_ddl: str = "", encodings: Mapping[str, str] | None = None
+) -> ParsedSchema:
+    """`encodings`: column -> encoding for every column that has one (see
+    `decode.default_encodings`); empty: the events defaults."""
     from pyspark.sql.types import StructType, _parse_datatype_string
 
     declared = _parse_datatype_string(declared_ddl)
@@ -65,7 +84,8 @@ def parse_schema(declared_ddl: str, evolved_ddl: str = "") -> ParsedSchema:
         assert isinstance(extra, StructType)
         known = {f.name for f in fields}
         fields += [f for f in extra.fields if f.name not in known]
-    return ParsedSchema(StructType(fields))
+    struct = StructType(fields)
+    return ParsedSchema(struct, {**decode.default_encodings(struct, "events"), **(encodings or {})})
 
 
 def _lineage() -> list[Column]:
@@ -82,13 +102,21 @@ def _lineage() -> list[Column]:
 
 
 def parse_records(
-    df: DataFrame, text: Column, schema: ParsedSchema, error: Column, metadata_prefix: str = ""
+    df: DataFrame,
+    text: Column,
+    schema: ParsedSchema,
+    error: Column,
+    metadata_prefix: str = "",
+    strict: bool = False,
 ) -> DataFrame:
-    """Parse `text` (a JSON object) with `schema`. Adds the record's columns, `_rescued_data`
-    (fields that are unknown to the schema or did not fit its type, as JSON text), `_lh_unknown`
-    (the unknown field names) and `_lh_error` (`error`, else `invalid_json` when the text does
-    not parse as an object at all). Fields starting with `metadata_prefix` (Debezium's `__op`,
-    `__lsn`, ... in flattened records) are connector metadata, not unknown data."""
+    """Parse `text` (a JSON object) with `schema`, each top-level value decoded by its type
+    and encoding (`lakehouse.silver.decode`). Adds the record's columns, `_rescued_data`
+    (fields that are unknown to the schema or did not decode, as JSON text), `_lh_unknown`
+    (the unknown field names), `_lh_mistyped` (the declared fields that did not decode) and
+    `_lh_error` (`error`, else `invalid_json` when the text does not parse as an object at all,
+    else, when `strict`, `undecodable: <columns>`: a CDC row image must be stored whole or
+    not at all). Fields starting with `metadata_prefix` (Debezium's `__op`, `__lsn`, ... in
+    flattened records) are connector metadata, not unknown data."""
     from pyspark.sql import functions as F
 
     parsed = F.from_json(text, schema.struct)
@@ -100,25 +128,26 @@ def parse_records(
         "*", parsed.alias("_lh_parsed"), raw.alias("_lh_raw"), error.alias("_lh_error0")
     )
     parsed_col, raw_col = F.col("_lh_parsed"), F.col("_lh_raw")
-    mistyped = [
-        F.when(raw_col[n].isNotNull() & parsed_col[n].isNull(), F.lit(n)) for n in schema.names
-    ]
+    values, mistyped = decode.decoded_columns(raw_col, parsed_col, schema.struct, schema.encodings)
     unknown = F.array_except(F.map_keys(raw_col), declared)
     if metadata_prefix:
         unknown = F.filter(unknown, lambda k: ~k.startswith(metadata_prefix))
-    bad_names = F.array_union(
-        unknown,
-        F.filter(F.array(*mistyped), lambda c: c.isNotNull()),
-    )
+    decoded = staged.select("*", *values, unknown.alias(UNKNOWN), mistyped.alias(MISTYPED))
+    bad_names = F.array_union(F.col(UNKNOWN), F.col(MISTYPED))
     rescued = F.map_filter(raw_col, lambda k, _v: F.array_contains(bad_names, k))
-    return staged.select(
+    undecodable = F.when(
+        F.lit(strict) & (F.size(MISTYPED) > 0),
+        F.concat(F.lit("undecodable: "), F.array_join(MISTYPED, ", ")),
+    )
+    return decoded.select(
         *[c for c in df.columns],
-        *[parsed_col[n].alias(n) for n in schema.names],
+        *[F.col(f"`{n}`") for n in schema.names],
         F.when(F.size(rescued) > 0, F.to_json(rescued)).alias(RESCUED),
-        unknown.alias(UNKNOWN),
-        F.coalesce(F.col("_lh_error0"), F.when(raw_col.isNull(), F.lit("invalid_json"))).alias(
-            ERROR
-        ),
+        UNKNOWN,
+        MISTYPED,
+        F.coalesce(
+            F.col("_lh_error0"), F.when(raw_col.isNull(), F.lit("invalid_json")), undecodable
+        ).alias(ERROR),
     )
 
 
@@ -214,7 +243,9 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
         .when((op != TRUNCATE) & image.isNull(), F.lit("no_row_image"))
     )
     with_image = staged.withColumn("_lh_image", F.when(op != TRUNCATE, image))
-    changes = parse_records(with_image, F.col("_lh_image"), schema, error, "__").drop("_lh_image")
+    changes = parse_records(with_image, F.col("_lh_image"), schema, error, "__", strict=True).drop(
+        "_lh_image"
+    )
     # A truncate has no image: not an error, and not checked against row rules.
     changes = changes.withColumn(
         ERROR, F.when(op == TRUNCATE, F.lit(None).cast("string")).otherwise(F.col(ERROR))

@@ -1,0 +1,263 @@
+"""Decoding a record's top-level values into their declared Spark types, losslessly.
+
+Spark's JSON reader takes a value only in its own JSON type: `"13.29"` is not a DECIMAL, a
+number in a TIMESTAMP column is read as epoch seconds, and Debezium's encodings (a `numeric` as
+the base64 of its unscaled bytes, a `timestamp` as epoch microseconds, a `date` as epoch days)
+come out NULL or silently wrong. Here every scalar column is decoded from the field's JSON text
+instead, by its declared type and encoding:
+
+    integral   an integer, as a number or a string ("42", 42, 42.0); nothing fractional
+    decimal    `text`: a number or a numeric string that fits the precision and scale exactly
+               (13.290 fits DECIMAL(12,2); 13.299 does not: it is not rounded);
+               `base64`: Debezium's precise mode, big-endian two's complement unscaled bytes
+               at the declared scale, or its variable-scale `{"scale": s, "value": b64}`
+    double     a number or a numeric string (also NaN, Infinity)
+    boolean    true / false, as a JSON boolean or a string (any case)
+    date       `iso`: "2024-01-05"; `epoch_days`: an integer (ISO strings are accepted too)
+    timestamp  `iso`: an ISO-8601 string (with a zone or offset, else UTC);
+               `epoch_s|epoch_ms|epoch_us|epoch_ns`: an integer in that unit (ISO strings
+               are accepted too: a string with a date in it is never mistaken for a number)
+    string     the text as sent (a nested value as its JSON text)
+
+Structs, arrays, maps and binary keep Spark's JSON reading (binary is base64, as Debezium sends
+bytea). A value that does not decode is NULL here and its column is named in `_lh_mistyped`;
+events rescue it (`_rescued_data`), CDC changes go to quarantine (see `transform`).
+
+Defaults: events read timestamps and dates as ISO and decimals as text; a CDC source follows
+its Debezium connector's modes (`decimal_handling_mode`, `time_precision_mode` on the source):
+precise -> base64, adaptive -> epoch_us timestamps (PostgreSQL's default precision 6), connect
+-> epoch_ms; dates are epoch days. `encodings` on a silver table overrides any column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+    from pyspark.sql.types import DataType, DecimalType, StructType
+
+TIMESTAMP_ENCODINGS = ("iso", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns")
+DATE_ENCODINGS = ("iso", "epoch_days")
+DECIMAL_ENCODINGS = ("text", "base64")
+
+_INTEGER = r"^[+-]?\d+$"
+_PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)$"
+_EXPONENT_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$"
+_ISO_DATE = r"^[+-]?\d{4,}-\d{1,2}-\d{1,2}"
+
+
+def kind_of(data_type: DataType) -> str | None:
+    """Which decoder a type takes (None: Spark's JSON reading)."""
+    from pyspark.sql import types as T
+
+    kinds: list[tuple[type, str]] = [
+        (T.BooleanType, "boolean"),
+        (T.ByteType, "integral"),
+        (T.ShortType, "integral"),
+        (T.IntegerType, "integral"),
+        (T.LongType, "integral"),
+        (T.DecimalType, "decimal"),
+        (T.FloatType, "double"),
+        (T.DoubleType, "double"),
+        (T.DateType, "date"),
+        (T.TimestampType, "timestamp"),
+        (T.TimestampNTZType, "timestamp"),
+        (T.StringType, "string"),
+    ]
+    for cls, kind in kinds:
+        if isinstance(data_type, cls):
+            return kind
+    return None
+
+
+def allowed(kind: str | None) -> tuple[str, ...]:
+    """The encodings a column of this kind may declare (none: it takes no encoding)."""
+    return {
+        "timestamp": TIMESTAMP_ENCODINGS,
+        "date": DATE_ENCODINGS,
+        "decimal": DECIMAL_ENCODINGS,
+    }.get(kind or "", ())
+
+
+def default_encodings(
+    struct: StructType, source_kind: str, decimal_mode: str = "precise", time_mode: str = "adaptive"
+) -> dict[str, str]:
+    """Each top-level column's encoding before a table's `encodings` override it."""
+    cdc = source_kind == "cdc"
+    by_kind = {
+        "timestamp": ("epoch_ms" if time_mode == "connect" else "epoch_us") if cdc else "iso",
+        "date": "epoch_days" if cdc else "iso",
+        "decimal": "base64" if cdc and decimal_mode == "precise" else "text",
+    }
+    out = {}
+    for f in struct.fields:
+        kind = kind_of(f.dataType)
+        if kind in by_kind:
+            out[f.name] = by_kind[kind]
+    return out
+
+
+def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | None:
+    """`text` (a field's JSON text, null when absent) as `data_type`; null when it does not
+    decode. None when the type keeps Spark's JSON reading."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType
+
+    kind = kind_of(data_type)
+    t = F.trim(text)
+    if kind == "string":
+        return text
+    if kind == "boolean":
+        low = F.lower(t)
+        return F.when(low.isin("true", "false"), low == "true")
+    if kind == "integral":
+        whole = F.regexp_replace(t, r"\.0*$", "")
+        return F.when(whole.rlike(_INTEGER), whole.try_cast(data_type))
+    if kind == "double":
+        return t.try_cast(data_type)
+    if kind == "decimal":
+        assert isinstance(data_type, DecimalType)
+        if encoding == "base64":
+            t = F.when(t.startswith("{"), _variable_scale(t)).otherwise(
+                _unscaled_text(t, F.lit(data_type.scale))
+            )
+        return decimal_text(t, data_type)
+    if kind == "date":
+        iso = F.when(t.rlike(_ISO_DATE), t.try_cast("date"))
+        if encoding == "epoch_days":
+            days = F.when(t.rlike(_INTEGER), t.try_cast("int"))
+            return F.coalesce(iso, F.date_from_unix_date(days))
+        return iso
+    if kind == "timestamp":
+        return _timestamp(t, encoding).cast(data_type)
+    return None
+
+
+def decimal_text(t: Column, data_type: DecimalType) -> Column:
+    """A decimal's text as `data_type` when it fits exactly (never rounded)."""
+    from pyspark.sql import functions as F
+
+    value = t.try_cast(data_type)
+    # Fraction digits beyond the scale must be zeros; the cast itself checks the precision.
+    fraction = F.regexp_extract(t, r"\.(\d*?)0*$", 1)
+    plain = t.rlike(_PLAIN_NUMBER) & (F.length(fraction) <= data_type.scale)
+    exponent = t.rlike(_EXPONENT_NUMBER) & (
+        t.try_cast("decimal(38,18)") == value.cast("decimal(38,18)")
+    )
+    return F.when(plain | exponent, value)
+
+
+def _unscaled_text(b64: Column, scale: Column) -> Column:
+    """Debezium precise decimal: base64 of the unscaled value's big-endian two's complement
+    bytes -> its decimal text at `scale` (null when not base64 or over 38 digits)."""
+    from pyspark.sql import functions as F
+
+    raw = F.try_to_binary(b64, F.lit("base64"))
+    hexed = F.hex(raw)
+    n = F.octet_length(raw)
+    negative = F.conv(hexed.substr(F.lit(1), F.lit(2)), 16, 10).cast("int") >= 128
+
+    def byte(i: Column) -> Column:
+        value = F.conv(hexed.substr(i * 2 + 1, F.lit(2)), 16, 10).cast("int")
+        # A negative number is -(its complement) - 1: no 2^(8n) term that overflows 38 digits.
+        return F.when(negative, 255 - value).otherwise(value).cast("decimal(38,0)")
+
+    magnitude = F.aggregate(
+        F.sequence(F.lit(0), n - 1),
+        F.lit(0).cast("decimal(38,0)"),
+        lambda acc, i: F.try_add(
+            F.try_multiply(acc, F.lit(256).cast("decimal(38,0)")), byte(i)
+        ).cast("decimal(38,0)"),
+    )
+    digits = F.when(negative, F.try_add(magnitude, F.lit(1).cast("decimal(38,0)"))).otherwise(
+        magnitude
+    )
+    plain = digits.cast("string")
+    # At least one digit before the point (lpad also cuts a longer string, hence greatest).
+    padded = F.lpad(plain, F.greatest(F.length(plain), scale + 1), "0")
+    cut = F.length(padded) - scale
+    text = F.when(
+        scale > 0,
+        F.concat(padded.substr(F.lit(1), cut), F.lit("."), padded.substr(cut + 1, scale)),
+    ).otherwise(padded)
+    ok = (n > 0) & digits.isNotNull() & scale.isNotNull() & (scale >= 0)
+    return F.when(ok, F.concat(F.when(negative, F.lit("-")).otherwise(F.lit("")), text))
+
+
+def _variable_scale(t: Column) -> Column:
+    """Debezium's VariableScaleDecimal (`numeric` without a declared scale, precise mode)."""
+    from pyspark.sql import functions as F
+
+    parsed = F.from_json(t, "struct<scale:int,value:string>")
+    return _unscaled_text(parsed["value"], parsed["scale"])
+
+
+def _timestamp(t: Column, encoding: str) -> Column:
+    """An ISO-8601 string, or an integer in the encoding's epoch unit. The session time zone
+    is UTC (`lakehouse.core.spark`), so a TIMESTAMP_NTZ from an epoch is its UTC wall time."""
+    from pyspark.sql import functions as F
+
+    iso = F.when(t.rlike(_ISO_DATE), t.try_cast("timestamp"))
+    if encoding == "iso":
+        return iso
+    if encoding == "epoch_s":
+        seconds = F.when(t.rlike(_PLAIN_NUMBER), t.try_cast("decimal(20,6)"))
+        return F.coalesce(iso, F.timestamp_seconds(seconds))
+    whole = F.when(t.rlike(_INTEGER), t.try_cast("long"))
+    epoch = {
+        "epoch_ms": F.timestamp_millis(whole),
+        "epoch_us": F.timestamp_micros(whole),
+        "epoch_ns": F.timestamp_micros(F.floor(whole.cast("decimal(20,0)") / 1000).cast("long")),
+    }[encoding]
+    return F.coalesce(iso, epoch)
+
+
+def decoded_columns(
+    raw: Column, parsed: Column, struct: StructType, encodings: Mapping[str, str]
+) -> tuple[list[Column], Column]:
+    """Each top-level field decoded (aliased to its name), and an array of the names of the
+    fields that were present but did not decode."""
+    from pyspark.sql import functions as F
+
+    values, mistyped = [], []
+    for f in struct.fields:
+        text = raw[f.name]
+        value = decode(text, f.dataType, encodings.get(f.name, ""))
+        if value is None:
+            value = parsed[f.name]
+        values.append(value.alias(f.name))
+        mistyped.append(F.when(text.isNotNull() & value.isNull(), F.lit(f.name)))
+    names = F.filter(F.array(*mistyped), lambda c: c.isNotNull()) if mistyped else F.array()
+    return values, names
+
+
+def resolve_encodings(
+    struct: StructType,
+    declared: Mapping[str, str],
+    source_kind: str,
+    decimal_mode: str = "precise",
+    time_mode: str = "adaptive",
+) -> dict[str, str]:
+    """Every top-level column's encoding: the defaults, overridden by `declared` (a table's
+    `encodings`). Raises ValueError naming a column that is not top-level or whose type takes
+    another encoding."""
+    out = default_encodings(struct, source_kind, decimal_mode, time_mode)
+    types = {f.name: f.dataType for f in struct.fields}
+    for column, encoding in declared.items():
+        if column not in types:
+            raise ValueError(f"{column!r} is not a top-level column of the schema")
+        options = allowed(kind_of(types[column]))
+        if encoding not in options:
+            raise ValueError(
+                f"{column!r} is {types[column].simpleString()}: "
+                + (
+                    f"use one of {', '.join(options)}"
+                    if options
+                    else "its values take no encoding (drop it)"
+                )
+                + f", not {encoding!r}"
+            )
+        out[column] = encoding
+    return out

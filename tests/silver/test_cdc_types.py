@@ -1,0 +1,158 @@
+"""Every common PostgreSQL column type through the real Debezium connector with its default
+modes (`decimal.handling.mode=precise`, `time.precision.mode=adaptive`), with JSON schemas off
+and on: silver equals `SELECT` from PostgreSQL value for value. A source declared with the wrong
+mode never stores a wrong value: the changes are quarantined naming the column."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings
+from lakehouse.devstack.debezium import delete_connector, register_postgres_connector
+from tests.bronze.helpers import new_source, run_ingest, wait_for_records
+from tests.conftest import pg_connect
+from tests.silver.helpers import current, quarantine, run_refine, with_silver
+
+COLUMNS = (
+    "id int PRIMARY KEY, small int2, big int8, amount numeric(12,2), ratio numeric, r real, "
+    "d double precision, flag bool, name varchar(20), body text, raw bytea, day date, "
+    "at timestamp, at_tz timestamptz, uid uuid, doc jsonb, tags text[], nums int[], mood {mood}"
+)
+SCHEMA = (
+    "id INT, small SMALLINT, big BIGINT, amount DECIMAL(12,2), ratio DECIMAL(30,10), r FLOAT, "
+    "d DOUBLE, flag BOOLEAN, name STRING, body STRING, raw BINARY, day DATE, at TIMESTAMP, "
+    "at_tz TIMESTAMP, uid STRING, doc STRING, tags ARRAY<STRING>, nums ARRAY<INT>, mood STRING"
+)
+SELECT = (
+    "id, small, big, amount, ratio, r, d, flag, name, body, raw, day, at, at_tz, uid::text, "
+    "doc::text, tags, nums, mood::text"
+)
+ROWS = [
+    "(1, 7, 9007199254740993, 1234.50, 3.1415926535, 1.5, 2.25, true, 'ø-name', 'body', "
+    "'\\x00ff10'::bytea, '2024-01-05', '2024-01-05 10:00:00.123456', "
+    "'2024-01-05 10:00:00.5+02', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', "
+    "'{\"k\": [1, 2]}', ARRAY['x', 'y z'], ARRAY[1, -2], 'happy')",
+    "(2, -32768, -1, -0.01, -12345678901234567890.0123456789, -0.25, -1e300, false, '', '', "
+    "''::bytea, '1969-12-31', '1900-01-01 00:00:00', '1970-01-01 00:00:00+00', "
+    "'00000000-0000-0000-0000-000000000000', '[]', ARRAY[]::text[], ARRAY[]::int[], 'sad')",
+    "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+    "NULL, NULL, NULL, NULL)",
+    "(4, 1, 1, 9999999999.99, 0, 0, 0, true, 'v', 't', '\\x01'::bytea, '2262-04-11', "
+    "'2038-01-19 03:14:08.000001', '2099-12-31 23:59:59.999999+00', "
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a12', 'null', ARRAY[NULL, 'n'], ARRAY[NULL, 3]::int[], "
+    "'happy')",
+]
+CHANGES = [
+    "UPDATE {t} SET amount = -9999999999.99, ratio = 0.0000000001, at = '2000-02-29 12:34:56.789',"
+    " day = '2000-02-29' WHERE id = 1",
+    "UPDATE {t} SET small = NULL, amount = 0.10 WHERE id = 2",
+    "DELETE FROM {t} WHERE id = 4",
+]
+
+
+def rows_of(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
+    """Silver's current rows, none of them with anything rescued."""
+    live = current(spark, settings, name)
+    assert live.where("_rescued_data IS NOT NULL").count() == 0, name
+    return live.drop("_rescued_data")
+
+
+def postgres_rows(spark: SparkSession, settings: Settings, table: str) -> DataFrame:
+    """The table as PostgreSQL returns it (timestamptz as UTC wall time, like the session)."""
+    with pg_connect(settings) as conn:
+        rows = conn.execute(f"SELECT {SELECT} FROM public.{table}").fetchall()
+
+    def plain(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        out = list(row)
+        at_tz = out[13]
+        out[13] = at_tz.astimezone(UTC).replace(tzinfo=None) if at_tz else None
+        out[10] = bytes(out[10]) if out[10] is not None else None
+        return tuple(out)
+
+    return spark.createDataFrame([plain(r) for r in rows], SCHEMA)
+
+
+@pytest.mark.parametrize("schemas_enable", [False, True], ids=["schemas_off", "schemas_on"])
+def test_every_common_postgres_type_reaches_silver_value_for_value(
+    spark: SparkSession, kafka_up: Settings, schemas_enable: bool
+) -> None:
+    table, mood = f"ty_{uuid.uuid4().hex[:8]}", f"mood_{uuid.uuid4().hex[:8]}"
+    with pg_connect(kafka_up) as conn:
+        conn.execute(f"CREATE TYPE {mood} AS ENUM ('happy', 'sad')")
+        conn.execute(f"CREATE TABLE public.{table} ({COLUMNS.format(mood=mood)})")
+    connector, prefix = f"types-{table}", f"p{table[-8:]}"
+    topic = f"{prefix}.public.{table}"
+    kafka.ensure_topic(kafka_up.kafka, topic, partitions=1)
+    register_postgres_connector(
+        kafka_up,
+        connector,
+        prefix,
+        [f"public.{table}"],
+        schemas_enable=schemas_enable,
+        unwrap=False,
+    )
+    try:
+        source, _, settings = new_source(kafka_up, kind="cdc")
+        cdc = replace(settings.sources[source], topics=(topic,))
+        settings = replace(settings, sources={**settings.sources, source: cdc})
+        scd1, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
+        scd2, settings = with_silver(settings, source, mode="scd2", schema=SCHEMA, keys=("id",))
+        # The same topic read as if the connector used decimal.handling.mode=string.
+        wrong, _, settings = new_source(settings, kind="cdc", decimal_handling_mode="string")
+        settings = replace(
+            settings,
+            sources={**settings.sources, wrong: replace(settings.sources[wrong], topics=(topic,))},
+        )
+        misread, settings = with_silver(settings, wrong, mode="scd1", schema=SCHEMA, keys=("id",))
+
+        with pg_connect(settings) as conn:
+            conn.execute(f"INSERT INTO public.{table} VALUES {', '.join(ROWS)}")
+        wait_for_records(settings, topic, len(ROWS))
+        run_ingest(spark, settings, source, kind="cdc")
+        for name in (scd1, scd2):
+            assert run_refine(spark, settings, name).rows_quarantined == 0, name
+            assert_df_equality(
+                rows_of(spark, settings, name),
+                postgres_rows(spark, settings, table),
+                ignore_row_order=True,
+                ignore_nullable=True,
+            )
+
+        with pg_connect(settings) as conn:
+            for change in CHANGES:
+                conn.execute(change.format(t=f"public.{table}"))
+        wait_for_records(settings, topic, len(ROWS) + len(CHANGES) + 1)  # + the tombstone
+        run_ingest(spark, settings, source, kind="cdc")
+        for name in (scd1, scd2):
+            assert run_refine(spark, settings, name).rows_quarantined == 0, name
+            assert_df_equality(
+                rows_of(spark, settings, name),
+                postgres_rows(spark, settings, table),
+                ignore_row_order=True,
+                ignore_nullable=True,
+            )
+
+        # Misdeclared: every change with a non-null numeric is quarantined, naming the columns.
+        run_ingest(spark, settings, wrong, kind="cdc")
+        result = run_refine(spark, settings, misread)
+        errors = sorted(
+            (r["offset"], r["parse_error"]) for r in quarantine(spark, settings, misread).collect()
+        )
+        # Inserts of ids 1, 2, 4 and both updates; id 3 is all NULL; a delete's key-only
+        # image has no numeric to misread.
+        assert errors == [(offset, "undecodable: amount, ratio") for offset in (0, 1, 3, 4, 5)]
+        assert result.rows_quarantined == 5
+        assert sorted(r["id"] for r in current(spark, settings, misread).collect()) == [3]
+    finally:
+        delete_connector(kafka_up, connector)
+        with pg_connect(kafka_up) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+            conn.execute(f"DROP TYPE IF EXISTS {mood}")

@@ -1,0 +1,175 @@
+"""Decoding a field's JSON text into its declared type: every form real feeds and Debezium
+send, checked against values written out by hand (base64 decimals against Python's own
+two's-complement encoding)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StructType, _parse_datatype_string
+
+from lakehouse.silver.decode import decode, resolve_encodings
+
+pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
+
+Case = tuple[str | None, Any]
+
+
+def b64(unscaled: int) -> str:
+    """Debezium's precise decimal: the unscaled value's minimal big-endian two's complement."""
+    size = max(1, (unscaled + (unscaled < 0)).bit_length() // 8 + 1)
+    return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode()
+
+
+def check(spark: SparkSession, type_ddl: str, encoding: str, cases: list[Case]) -> None:
+    kind: DataType = _parse_datatype_string(type_ddl)
+    texts = spark.createDataFrame([(i, t) for i, (t, _) in enumerate(cases)], "i int, text string")
+    decoded = decode(F.col("text"), kind, encoding)
+    assert decoded is not None
+    actual = texts.select("i", "text", decoded.alias("value"))
+    expected = spark.createDataFrame(
+        [(i, t, v) for i, (t, v) in enumerate(cases)], f"i int, text string, value {type_ddl}"
+    )
+    assert_df_equality(actual, expected, ignore_nullable=True, ignore_row_order=True)
+
+
+def test_integers_arrive_as_numbers_or_strings_and_nothing_fractional_is_truncated(
+    spark: SparkSession,
+) -> None:
+    check(
+        spark,
+        "bigint",
+        "",
+        [
+            ("42", 42),
+            (" -7 ", -7),
+            ("42.0", 42),
+            ("4.5", None),
+            ("abc", None),
+            ("99999999999999999999", None),
+            ("1632463351000", 1632463351000),
+            (None, None),
+        ],
+    )
+    check(spark, "smallint", "", [("32767", 32767), ("32768", None)])
+
+
+def test_text_decimals_fit_exactly_or_do_not_decode(spark: SparkSession) -> None:
+    check(
+        spark,
+        "decimal(12,2)",
+        "text",
+        [
+            ("13.29", Decimal("13.29")),
+            ("13.290", Decimal("13.29")),
+            ("13.299", None),  # never rounded
+            ("-0.5", Decimal("-0.50")),
+            (".5", Decimal("0.50")),
+            ("1e2", Decimal("100.00")),
+            ("1.234e1", Decimal("12.34")),
+            ("1.2345e1", None),  # 12.345
+            ("9999999999.99", Decimal("9999999999.99")),
+            ("10000000000.00", None),  # 11 integer digits in DECIMAL(12,2)
+            ("12,5", None),
+            ("", None),
+        ],
+    )
+
+
+def test_debezium_precise_decimals_decode_from_their_unscaled_bytes(spark: SparkSession) -> None:
+    variable = json.dumps({"scale": 3, "value": b64(123450)})
+    check(
+        spark,
+        "decimal(12,2)",
+        "base64",
+        [
+            (b64(123450), Decimal("1234.50")),
+            (b64(0), Decimal("0.00")),
+            (b64(-1), Decimal("-0.01")),
+            (b64(-256), Decimal("-2.56")),
+            (b64(-129), Decimal("-1.29")),
+            (b64(128), Decimal("1.28")),
+            (b64(999999999999), Decimal("9999999999.99")),
+            (b64(-999999999999), Decimal("-9999999999.99")),
+            (variable, Decimal("123.45")),  # scale 3, 123.450: its last digit is a zero
+            (json.dumps({"scale": 4, "value": b64(123451)}), None),  # 12.3451: not rounded
+            ("not base64!", None),
+        ],
+    )
+    big = 12345678901234567890123456789012345678
+    check(
+        spark,
+        "decimal(38,10)",
+        "base64",
+        [
+            (b64(big), Decimal("1234567890123456789012345678.9012345678")),
+            (b64(-big), Decimal("-1234567890123456789012345678.9012345678")),
+        ],
+    )
+
+
+def test_booleans_and_doubles_arrive_as_json_values_or_strings(spark: SparkSession) -> None:
+    check(spark, "boolean", "", [("true", True), ("FALSE", False), ("1", None), ("yes", None)])
+    check(spark, "double", "", [("1.5", 1.5), ("-2", -2.0), ("2e3", 2000.0), ("x", None)])
+
+
+def test_dates_are_iso_or_epoch_days_as_declared(spark: SparkSession) -> None:
+    check(spark, "date", "iso", [("2024-01-05", date(2024, 1, 5)), ("19727", None)])
+    check(
+        spark,
+        "date",
+        "epoch_days",
+        [("19727", date(2024, 1, 5)), ("-1", date(1969, 12, 31)), ("2024-01-05", date(2024, 1, 5))],
+    )
+
+
+def test_timestamps_decode_in_the_declared_epoch_unit_or_from_iso(spark: SparkSession) -> None:
+    at = datetime(2021, 9, 24, 6, 2, 31)
+    at_us = datetime(2021, 9, 24, 6, 2, 31, 123456)
+    iso = [
+        ("2021-09-24T06:02:31Z", at),
+        ("2021-09-24T08:02:31+02:00", at),
+        ("2021-09-24 06:02:31", at),
+        ("2021-09-24T06:02:31.123456Z", at_us),
+    ]
+    check(spark, "timestamp", "iso", [*iso, ("1632463351", None), ("soon", None)])
+    check(
+        spark,
+        "timestamp",
+        "epoch_s",
+        [("1632463351", at), ("1632463351.123456", at_us), ("2021-09-24T06:02:31Z", at)],
+    )
+    check(spark, "timestamp", "epoch_ms", [("1632463351000", at), ("1632463351000.5", None)])
+    check(spark, "timestamp", "epoch_us", [("1632463351123456", at_us), *iso])
+    check(spark, "timestamp", "epoch_ns", [("1632463351123456789", at_us)])
+    check(spark, "timestamp_ntz", "epoch_us", [("1632463351123456", at_us)])
+
+
+def test_an_encoding_that_does_not_fit_the_column_type_is_refused_by_name() -> None:
+    struct = _parse_datatype_string("id bigint, at timestamp, amount decimal(10,2), d date")
+    assert isinstance(struct, StructType)
+    assert resolve_encodings(struct, {"at": "epoch_ms"}, "events") == {
+        "at": "epoch_ms",
+        "amount": "text",
+        "d": "iso",
+    }
+    assert resolve_encodings(struct, {}, "cdc") == {
+        "at": "epoch_us",
+        "amount": "base64",
+        "d": "epoch_days",
+    }
+    assert resolve_encodings(struct, {}, "cdc", "string", "connect")["at"] == "epoch_ms"
+    with pytest.raises(ValueError, match="'amount' is decimal\\(10,2\\): use one of text, base64"):
+        resolve_encodings(struct, {"amount": "epoch_ms"}, "events")
+    with pytest.raises(ValueError, match="'id' is bigint: its values take no encoding"):
+        resolve_encodings(struct, {"id": "iso"}, "events")
+    with pytest.raises(ValueError, match="'nope' is not a top-level column"):
+        resolve_encodings(struct, {"nope": "iso"}, "events")

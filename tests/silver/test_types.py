@@ -1,0 +1,108 @@
+"""Values as real feeds send them, through real Kafka, bronze and refine_silver: numbers as
+JSON strings, timestamps as ISO-8601 strings, epoch seconds and epoch milliseconds. Every value
+that holds a valid literal of its column's type is stored exactly; one that does not is rescued
+(never rounded, truncated or read in the wrong unit) and counted per column in the metrics."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from lakehouse.core.settings import Settings
+from tests.silver.helpers import current, events_pipeline, metrics, run_refine
+
+SCHEMA = (
+    "id BIGINT, qty INT, amount DECIMAL(12,2), price DOUBLE, paid BOOLEAN, day DATE, "
+    "at_iso TIMESTAMP, at_s TIMESTAMP, at_ms TIMESTAMP, name STRING"
+)
+AT = datetime(2021, 9, 24, 6, 2, 31)
+AT_MS = datetime(2021, 9, 24, 6, 2, 31, 250000)
+WELL_TYPED = {
+    "qty": 3,
+    "amount": 13.29,
+    "price": 1.5,
+    "paid": True,
+    "day": "2024-01-05",
+    "at_iso": "2021-09-24T06:02:31Z",
+    "at_s": 1632463351,
+    "at_ms": 1632463351250,
+}
+AS_STRINGS = {
+    "qty": "3",
+    "amount": "13.290",
+    "price": "1.5",
+    "paid": "TRUE",
+    "day": "2024-01-05",
+    "at_iso": "2021-09-24T08:02:31+02:00",
+    "at_s": "1632463351",
+    "at_ms": "1632463351250",
+}
+MISTYPED = {
+    "qty": "3.5",
+    "amount": "13.299",
+    "price": "n/a",
+    "paid": "yes",
+    "day": "05/01/2024",
+    "at_iso": 1632463351,
+    "at_s": "soon",
+    "at_ms": "1632463351250",
+}
+
+
+def test_numbers_as_strings_and_every_timestamp_encoding_decode_exactly_or_are_rescued(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    events: list[object] = [
+        {"id": 1, **WELL_TYPED, "name": "typed"},
+        {"id": "2", **AS_STRINGS, "name": "strings"},
+        {"id": 3, **MISTYPED, "name": 7},
+    ]
+    _, _, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        events,
+        mode="upsert",
+        schema=SCHEMA,
+        keys=("id",),
+        sequence_by="at_ms",
+        encodings={"at_s": "epoch_s", "at_ms": "epoch_ms"},
+    )
+    result = run_refine(spark, settings, name)
+    assert (result.rows_written, result.rows_quarantined) == (3, 0)
+
+    good: tuple[Any, ...] = (3, Decimal("13.29"), 1.5, True, date(2024, 1, 5), AT, AT, AT_MS)
+    nothing = (None,) * 7
+    expected = spark.createDataFrame(
+        [
+            (1, *good, "typed", None),
+            (2, *good, "strings", None),
+            (3, *nothing, AT_MS, "7", "rescued"),
+        ],
+        f"{SCHEMA}, _rescued_data STRING",
+    )
+    actual = current(spark, settings, name)
+    rescued = {r["id"]: r["_rescued_data"] for r in actual.collect()}
+    assert json.loads(rescued[3]) == {k: str(v) for k, v in MISTYPED.items() if k != "at_ms"}, (
+        "the rescued values are the text as sent"
+    )
+    assert_df_equality(
+        actual.selectExpr("*", "CASE WHEN _rescued_data IS NOT NULL THEN 'rescued' END AS r")
+        .drop("_rescued_data")
+        .withColumnRenamed("r", "_rescued_data"),
+        expected,
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    counted = {
+        (r["rule"], r["action"], r["passed"], r["failed"])
+        for r in metrics(spark, settings, name).where("rule LIKE 'decode:%'").collect()
+    }
+    assert counted == {
+        (f"decode:{c}", "rescue", 2, 1)
+        for c in ("qty", "amount", "price", "paid", "day", "at_iso", "at_s")
+    }
