@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from lakehouse.bronze import historical, offsets
 from lakehouse.bronze import transform as bronze
 from lakehouse.bronze.offsets import DataLossError, Offsets, StartFrom, StartFromError
-from lakehouse.core import fs, kafka, protection, system, tables
+from lakehouse.core import faults, fs, kafka, protection, system, tables
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.kafka import spark_options
 from lakehouse.core.settings import Settings, SettingsError
@@ -122,7 +122,7 @@ def ingest(
     if has_checkpoint:
         starting, needed = None, offsets.checkpoint_resume_offsets(spark, checkpoint) or {}
     else:
-        starting, needed = _starting_offsets(spark, settings, source, start, path)
+        starting, needed = _starting_offsets(spark, settings, source, start, path, options.source)
     starting, result.gaps = _check_retention(spark, settings, options, source, starting, needed)
     if options.historical and isinstance(starting, dict):
         historical.record_handoff(spark, settings, options.source, starting)
@@ -185,14 +185,24 @@ def _check_retention(
         return starting, []
     if not options.allow_data_loss:
         raise DataLossError(gaps)
+    # A run that failed after recording its gaps is retried with the same checkpoint and
+    # finds the same gaps: each is recorded once.
+    recorded = {
+        (e.get("topic"), e.get("partition"), e.get("first_missing"), e.get("last_missing"))
+        for e in system.read_log(spark, settings, system.INGEST_LOG, options.source)
+        if e["event"] == "gap"
+    }
     for gap in gaps:
         log.warning("data loss accepted by --allow-data-loss: %s", gap.describe())
+        if (gap.topic, gap.partition, gap.first_missing, gap.last_missing) in recorded:
+            continue
         system.append_log(
             spark,
             settings,
             system.INGEST_LOG,
             {"event": "gap", "subject": options.source, **gap.__dict__},
         )
+    faults.point("after_gaps_recorded")
     if isinstance(starting, dict):
         starting = offsets.clamp_to_available(starting, marks)
     return starting, gaps
@@ -204,6 +214,7 @@ def _starting_offsets(
     source: SourceSettings,
     start: StartFrom,
     path: str,
+    name: str,
 ) -> tuple[Offsets | str | None, Offsets]:
     """For a new checkpoint: (what to give Spark as startingOffsets, the offsets we need Kafka
     to still hold)."""
@@ -221,7 +232,7 @@ def _starting_offsets(
             )
         explicit = offsets.complete(start.offsets, partitions)
         return explicit, offsets.concrete(explicit)
-    resume = offsets.complete(offsets.bronze_resume_offsets(spark, path), partitions)
+    resume = offsets.complete(offsets.bronze_resume_offsets(spark, path, name), partitions)
     return resume, offsets.concrete(resume)
 
 

@@ -119,14 +119,16 @@ def checkpoint_resume_offsets(spark: SparkSession, checkpoint: str) -> Offsets |
     return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
 
 
-def bronze_resume_offsets(spark: SparkSession, bronze_path: str) -> Offsets:
-    """One past the highest offset already in bronze, per topic partition (historical rows
-    without Kafka lineage are ignored)."""
+def bronze_resume_offsets(spark: SparkSession, bronze_path: str, source: str) -> Offsets:
+    """One past the highest offset `source` already wrote to bronze, per topic partition
+    (historical rows without Kafka lineage are ignored; so are the rows of other sources
+    sharing the table, which may read the same topics at another pace)."""
     from pyspark.sql import functions as F
 
     rows = (
         spark.read.format("delta")
         .load(bronze_path)
+        .where(F.col("source") == source)
         .where(F.col("offset").isNotNull() & F.col("partition").isNotNull())
         .groupBy("topic", "partition")
         .agg(F.max("offset").alias("max_offset"))

@@ -207,7 +207,15 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
 
         return F.coalesce(get(f"$.payload.{path}"), get(f"$.{path}"))
 
-    op = F.coalesce(field("op", "string"), field("__op", "string"))
+    # A flattened record carries `__op`; its table may have columns named `op` or `source`,
+    # so then only the `__` fields count.
+    flat_op = field("__op", "string")
+    flattened = flat_op.isNotNull()
+
+    def pick(envelope_path: str, flat_path: str, kind: str) -> Column:
+        return F.when(flattened, field(flat_path, kind)).otherwise(field(envelope_path, kind))
+
+    op = F.coalesce(flat_op, field("op", "string"))
     key_text = F.col("key").cast("string")
     key_payload = F.get_json_object(key_text, "$.payload")
     # With schemas.enable=true the key is {"schema":..,"payload":{..}}; keep the payload only,
@@ -232,12 +240,10 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
         error.alias("value_error"),
         op.alias("cdc_op"),
         cdc_key.alias("cdc_key"),
-        F.coalesce(field("source.lsn", "long"), field("__lsn", "long")).alias("cdc_lsn"),
-        F.coalesce(field("source.ts_ms", "long"), field("__source_ts_ms", "long")).alias(
-            "cdc_source_ts_ms"
-        ),
-        F.when(table.isNotNull(), F.concat_ws(".", schema, table))
-        .otherwise(field("__table", "string"))
+        pick("source.lsn", "__lsn", "long").alias("cdc_lsn"),
+        pick("source.ts_ms", "__source_ts_ms", "long").alias("cdc_source_ts_ms"),
+        F.when(flattened, field("__table", "string"))
+        .when(table.isNotNull(), F.concat_ws(".", schema, table))
         .alias("cdc_table"),
         field("__deleted", "string").alias("cdc_deleted"),
     ]

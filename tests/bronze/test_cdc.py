@@ -55,6 +55,21 @@ def test_cdc_corpus(spark: SparkSession, kafka_up: Settings) -> None:
         (key, b'{"hello": "world"}'),  # JSON, but no envelope
         (key, b"\xff\xfe\x00garbage"),
         (None, b'{"op": "c", "source": {"lsn": 5'),  # truncated
+        # Flattened, from a table with its own `op` and `source` columns: `__` fields decide.
+        (
+            key,
+            json.dumps(
+                {
+                    "customer_id": 1,
+                    "op": "paid",
+                    "source": {"lsn": 1, "ts_ms": 2, "schema": "s", "table": "t"},
+                    "__op": "u",
+                    "__lsn": 500,
+                    "__source_ts_ms": 1500,
+                    "__table": "orders",
+                }
+            ).encode(),
+        ),
     ]
     kafka.produce(settings.kafka, topic, [(k, v, 0) for k, v in corpus])
     run_ingest(spark, settings, name, kind="cdc")
@@ -68,6 +83,7 @@ def test_cdc_corpus(spark: SparkSession, kafka_up: Settings) -> None:
             (5, "not_an_envelope", None, '{"customer_id": 1}', None, None, None, None),
             (6, "invalid_utf8", None, '{"customer_id": 1}', None, None, None, None),
             (7, "invalid_json", None, None, None, None, None, None),
+            (8, None, "u", '{"customer_id": 1}', 500, 1500, "orders", None),
         ],
         CDC_COLUMNS,
     )

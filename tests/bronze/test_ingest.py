@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import time
+import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,9 +26,10 @@ from pyspark.sql.types import (
 from lakehouse.bronze.offsets import DataLossError, Gap, StartFrom, StartFromError
 from lakehouse.bronze.transform import BRONZE_PROPERTIES, bronze_schema, kafka_to_bronze
 from lakehouse.core import kafka, system, tables
+from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import java_class
-from tests.bronze.helpers import bronze, new_source, run_ingest, run_job
+from tests.bronze.helpers import bronze, job_env, new_source, run_ingest, run_job
 
 LINEAGE = StructType(
     [
@@ -394,9 +398,21 @@ def test_expired_offsets_after_the_checkpoint_are_named(
         run_ingest(spark, settings, name)
     assert err.value.gaps == [Gap(topic, 0, 5, low - 1)]
 
+    # A run that accepts the loss dies right after recording it; its retry records it once.
+    died = run_job(
+        "ingest_events",
+        ["--source", name, "--allow-data-loss"],
+        {**job_env(settings, name, topic), FAULT_ENV: "after_gaps_recorded"},
+    )
+    assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
     run_ingest(spark, settings, name, allow_data_loss=True)
     offsets_seen = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
     assert offsets_seen == [*range(5), *range(low, end)]
+    gaps = [
+        (e["event"], e["first_missing"], e["last_missing"])
+        for e in system.read_log(spark, settings, system.INGEST_LOG, name)
+    ]
+    assert gaps == [("gap", 5, low - 1)]
 
 
 @pytest.mark.parametrize("mode", ["earliest", "latest"])
@@ -413,3 +429,23 @@ def test_first_run_with_nothing_new_still_pins_the_start(
     run_ingest(spark, settings, name)
     offsets_seen = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
     assert offsets_seen == ([3, 4] if mode == "latest" else [0, 1])
+
+
+def test_start_from_bronze_resumes_each_source_of_a_shared_table_from_its_own_rows(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    shared = f"shared_{uuid.uuid4().hex[:8]}"
+    fast, topic, settings = new_source(kafka_up, bronze_table=shared)
+    slow, _, settings = new_source(settings, bronze_table=shared)
+    settings = replace(
+        settings,
+        sources={**settings.sources, slow: replace(settings.sources[slow], topics=(topic,))},
+    )
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(10)])
+    run_ingest(spark, settings, fast)
+    # The slow source never ran: resuming from bronze must start it at the beginning, not
+    # after the rows the fast source wrote from the same topic.
+    run_ingest(spark, settings, slow, start_from=StartFrom("bronze"))
+    table = spark.read.format("delta").load(settings.storage.path("bronze", shared))
+    counts = {r["source"]: r["count"] for r in table.groupBy("source").count().collect()}
+    assert counts == {fast: 10, slow: 10}
