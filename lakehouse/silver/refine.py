@@ -13,6 +13,7 @@ failed rules, parsed record, raw bytes and bronze lineage) and `_system/expectat
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -31,6 +32,8 @@ from lakehouse.silver.plan import JOB, check_mode, prepare, silver_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+PURGE_EVERY_S = 3600.0  # how often a continuous run drops tombstones past their retention
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,8 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
     result = RefineResult(options.table, path, plan.run_id)
     errors: list[BaseException] = []
 
+    purged_at: list[float] = []
+
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         if not plan.stream_id:
             plan.stream_id = stream_id(spark, checkpoint)
@@ -121,6 +126,11 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
         except ContractViolation as exc:
             errors.append(exc)  # re-raised as itself below, not as a Py4J wrapper
             raise
+        # Tombstones past their retention go after a run's first batch and then hourly: one
+        # DELETE, idempotent, in this same thread (no conflict with the batch commits).
+        if not purged_at or time.monotonic() - purged_at[-1] >= PURGE_EVERY_S:
+            purge_tombstones(spark, settings, options.table)
+            purged_at.append(time.monotonic())
 
     writer = (
         _feed(spark, table, source_path)
@@ -190,7 +200,7 @@ def full_refresh(spark: SparkSession, settings: Settings, name: str) -> None:
 
 
 def purge_tombstones(spark: SparkSession, settings: Settings, name: str) -> None:
-    """Drop SCD1/upsert tombstones older than the table's retention."""
+    """Drop SCD1/upsert tombstones older than the table's retention (`refine` calls it)."""
     table = settings.silver_table(name)
     if table.mode in ("scd1", "upsert"):
         scd1.purge_tombstones(

@@ -165,9 +165,10 @@ def purge_tombstones(spark: SparkSession, target_path: str, keep: timedelta) -> 
     from delta.tables import DeltaTable
 
     seconds = int(keep.total_seconds())
-    DeltaTable.forPath(spark, target_path).delete(
-        f"{DELETED} AND {DELETED_AT} < current_timestamp() - INTERVAL {seconds} SECONDS"
-    )
+    expired = f"{DELETED} AND {DELETED_AT} < current_timestamp() - INTERVAL {seconds} SECONDS"
+    # Looked for first: a DELETE that matches nothing would still commit a table version.
+    if spark.read.format("delta").load(target_path).where(expired).take(1):
+        DeltaTable.forPath(spark, target_path).delete(expired)
 
 
 def apply_truncate_scd1(

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from lakehouse.core import kafka
 from lakehouse.core.settings import Settings
 from tests.bronze.helpers import new_source, run_ingest
-from tests.silver.helpers import current, quarantine, run_refine, with_silver
+from tests.silver.helpers import current, quarantine, run_refine, silver_table, with_silver
 
 SCHEMA = "id INT, name STRING"
 
@@ -76,3 +76,29 @@ def test_cdc_apply_truncate_and_full_refresh(spark: SparkSession, kafka_up: Sett
     )
     rejected = quarantine(spark, settings, name).select("offset", "parse_error", "status")
     assert [tuple(r) for r in rejected.collect()] == [(6, "unknown_op", "quarantined")]
+
+
+def test_refine_purges_tombstones_past_their_retention_and_keeps_younger_ones(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    kept, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
+    purged, settings = with_silver(
+        settings, source, mode="scd1", schema=SCHEMA, keys=("id",), tombstone_retention_hours=0
+    )
+    send(
+        settings,
+        topic,
+        [
+            change("c", 100, after={"id": 1, "name": "ada"}),
+            change("c", 110, after={"id": 2, "name": "bob"}),
+            change("d", 120, before={"id": 2, "name": None}),
+        ],
+    )
+    run_ingest(spark, settings, source, kind="cdc")
+    stored = {}
+    for name in (kept, purged):
+        run_refine(spark, settings, name)
+        rows = silver_table(spark, settings, name).collect()
+        stored[name] = sorted((r["id"], r["__deleted"]) for r in rows)
+    assert stored == {kept: [(1, False), (2, True)], purged: [(1, False)]}
