@@ -150,6 +150,7 @@ def test_upsert_expectations_quarantine_and_metrics(
             (0, "order_id_present", "drop", 8, 1, 9, 5),
             (0, "amount_not_negative", "quarantine", 7, 2, 9, 5),
             (0, "known_status", "warn", 8, 1, 9, 5),
+            (0, "decode:amount", "rescue", 8, 1, 9, 5),  # "abc" is not a DOUBLE
         ],
         "batch_id long, rule string, action string, passed long, failed long, batch_rows long, "
         "batch_written long",
