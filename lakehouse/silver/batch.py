@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import current, tables
@@ -202,29 +204,29 @@ def write_silver(
     # truncate, the changes up to the next, ... (a truncate-and-reload in one batch keeps the
     # reload). Each commit of the batch has its own app id: Delta skips a commit whose app id
     # already reached this batch, so a crash between two redoes only the ones after.
+    if mode == "scd1":
+        apply = partial(scd1.apply_scd1, spark, plan.path, keys=keys, rows=count)
+        truncate = partial(scd1.apply_truncate_scd1, spark, plan.path)
+    else:
+        track = list(plan.table.track_columns)
+        apply = partial(scd2.apply_scd2, spark, plan.path, keys=keys, track_columns=track)
+        truncate = partial(scd2.apply_truncate_scd2, spark, plan.path)
     ordered = sorted(truncates, key=lambda t: t[0])
-    edges = [None, *[seq for seq, _ts in ordered], None]
-    for i in range(len(edges) - 1):
-        lower, upper = edges[i], edges[i + 1]
+    for i, (lower, upper) in enumerate(pairwise([None, *[t[0] for t in ordered], None])):
         part = changes
         if lower is not None:
             part = part.where(F.col(SEQ) >= F.lit(lower))
         if upper is not None:
             part = part.where(F.col(SEQ) < F.lit(upper))
-        app_id = plan.app_id if i == 0 else f"{plan.app_id}:after_truncate{i}"
+        # Without truncates there is one part, always applied; a part between truncates is
+        # looked at first (an empty MERGE would still commit).
         if i == 0 or part.take(1):
+            app_id = plan.app_id if i == 0 else f"{plan.app_id}:after_truncate{i}"
             with tables.transaction(spark, app_id, batch_id):
-                if mode == "scd1":
-                    scd1.apply_scd1(spark, plan.path, part, keys, rows=count)
-                else:
-                    scd2.apply_scd2(spark, plan.path, part, keys, list(plan.table.track_columns))
+                apply(part)
         if upper is not None:
-            seq, ts = ordered[i]
             with tables.transaction(spark, f"{plan.app_id}:truncate{i}", batch_id):
-                if mode == "scd1":
-                    scd1.apply_truncate_scd1(spark, plan.path, seq, ts)
-                else:
-                    scd2.apply_truncate_scd2(spark, plan.path, seq, ts)
+                truncate(*ordered[i])
 
 
 def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: frozenset[str]) -> None:
