@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -14,6 +16,7 @@ from lakehouse.core.settings import Settings
 from lakehouse.core.specs import ExpectationSettings, SilverTableSettings
 from lakehouse.silver.refine import RefineOptions, RefineResult, refine
 from tests.bronze.helpers import new_source, run_ingest
+from tests.conftest import pg_connect
 
 ORDER_SCHEMA = "order_id BIGINT, customer_id BIGINT, order_status STRING, amount DOUBLE, ts BIGINT"
 
@@ -76,3 +79,52 @@ def quarantine(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
 def metrics(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     path = settings.storage.path("_system", "expectation_metrics")
     return spark.read.format("delta").load(path).where(f"`table` = '{name}'")
+
+
+@dataclass(frozen=True)
+class DebeziumTable:
+    table: str  # public.<table> in PostgreSQL
+    topic: str  # Debezium's topic for it
+    source: str  # a CDC source reading the topic, in `settings`
+    settings: Settings
+
+
+@contextmanager
+def debezium_table(
+    settings: Settings,
+    ddl: Sequence[str],
+    schemas_enable: bool = False,
+    drop: Sequence[str] = (),
+) -> Iterator[DebeziumTable]:
+    """A fresh PostgreSQL table made by `ddl` (statements with `{table}` for its name, run in
+    order), streamed by its own real Debezium connector into its own topic, and a CDC source
+    reading that topic added to a copy of `settings`. Afterwards the connector (and its slot)
+    and the table are dropped, then the `drop` statements run."""
+    from lakehouse.devstack.debezium import delete_connector, register_postgres_connector
+
+    table = f"t_{uuid.uuid4().hex[:8]}"
+    with pg_connect(settings) as conn:
+        for statement in ddl:
+            conn.execute(statement.format(table=table))
+    connector, prefix = f"test-{table}", f"d{table[-8:]}"
+    topic = f"{prefix}.public.{table}"
+    kafka.ensure_topic(settings.kafka, topic, partitions=1)
+    register_postgres_connector(
+        settings,
+        connector,
+        prefix,
+        [f"public.{table}"],
+        schemas_enable=schemas_enable,
+        unwrap=False,
+    )
+    try:
+        source, _, with_source = new_source(settings, kind="cdc")
+        cdc = replace(with_source.sources[source], topics=(topic,))
+        with_source = replace(with_source, sources={**with_source.sources, source: cdc})
+        yield DebeziumTable(table, topic, source, with_source)
+    finally:
+        delete_connector(settings, connector)
+        with pg_connect(settings) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+            for statement in drop:
+                conn.execute(statement)

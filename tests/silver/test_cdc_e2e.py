@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import random
 import string
-import uuid
-from dataclasses import replace
 from typing import Any
 
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.core import kafka
 from lakehouse.core.settings import Settings
-from lakehouse.devstack.debezium import delete_connector, register_postgres_connector
 from lakehouse.silver.toast import TOAST_PLACEHOLDER
-from tests.bronze.helpers import bronze, new_source, run_ingest, wait_for_records
+from tests.bronze.helpers import bronze, run_ingest, wait_for_records
 from tests.conftest import pg_connect
-from tests.silver.helpers import current, run_refine, with_silver
+from tests.silver.helpers import current, debezium_table, run_refine, with_silver
 
 COLUMNS = ("customer_id", "name", "email", "country", "notes", "updated_at")
 SCHEMA = (
@@ -83,23 +79,13 @@ def postgres_rows(spark: SparkSession, settings: Settings, table: str) -> DataFr
 
 
 def test_postgres_through_debezium_to_silver(spark: SparkSession, kafka_up: Settings) -> None:
-    table = f"c_{uuid.uuid4().hex[:8]}"
-    with pg_connect(kafka_up) as conn:
-        conn.execute(
-            f"CREATE TABLE public.{table} (customer_id int PRIMARY KEY, name text NOT NULL, "
-            "email text, country text, notes text, updated_at timestamptz)"
-        )
-        conn.execute(f"ALTER TABLE public.{table} ALTER COLUMN notes SET STORAGE EXTERNAL")
-    connector, prefix = f"silver-{table}", f"s{table[-8:]}"
-    topic = f"{prefix}.public.{table}"
-    kafka.ensure_topic(kafka_up.kafka, topic, partitions=1)
-    register_postgres_connector(
-        kafka_up, connector, prefix, [f"public.{table}"], schemas_enable=False, unwrap=False
-    )
-    try:
-        source, _, settings = new_source(kafka_up, kind="cdc")
-        cdc_source = replace(settings.sources[source], topics=(topic,))
-        settings = replace(settings, sources={**settings.sources, source: cdc_source})
+    ddl = [
+        "CREATE TABLE public.{table} (customer_id int PRIMARY KEY, name text NOT NULL, "
+        "email text, country text, notes text, updated_at timestamptz)",
+        "ALTER TABLE public.{table} ALTER COLUMN notes SET STORAGE EXTERNAL",
+    ]
+    with debezium_table(kafka_up, ddl) as pg:
+        table, topic, source, settings = pg.table, pg.topic, pg.source, pg.settings
         scd1, settings = with_silver(
             settings, source, mode="scd1", schema=SCHEMA, keys=("customer_id",)
         )
@@ -134,7 +120,3 @@ def test_postgres_through_debezium_to_silver(spark: SparkSession, kafka_up: Sett
             F.col("value").cast("string").contains(TOAST_PLACEHOLDER)
         )
         assert toasted.count() >= 3, "no unchanged-TOAST placeholder reached bronze"
-    finally:
-        delete_connector(kafka_up, connector)
-        with pg_connect(kafka_up) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS public.{table}")

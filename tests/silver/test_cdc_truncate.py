@@ -5,18 +5,13 @@ removed, at the truncate, and keeps the reloaded versions open."""
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import replace
-
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from lakehouse.core import kafka
 from lakehouse.core.settings import Settings
-from lakehouse.devstack.debezium import delete_connector, register_postgres_connector
-from tests.bronze.helpers import new_source, run_ingest, wait_for_records
+from tests.bronze.helpers import run_ingest, wait_for_records
 from tests.conftest import pg_connect
-from tests.silver.helpers import current, run_refine, silver_table, with_silver
+from tests.silver.helpers import current, debezium_table, run_refine, silver_table, with_silver
 
 SCHEMA = "id INT, name STRING"
 
@@ -24,19 +19,9 @@ SCHEMA = "id INT, name STRING"
 def test_truncate_and_reload_in_one_batch_keeps_the_reload_and_closes_the_old_versions(
     spark: SparkSession, kafka_up: Settings
 ) -> None:
-    table = f"tr_{uuid.uuid4().hex[:8]}"
-    with pg_connect(kafka_up) as conn:
-        conn.execute(f"CREATE TABLE public.{table} (id int PRIMARY KEY, name text)")
-    connector, prefix = f"trunc-{table}", f"q{table[-8:]}"
-    topic = f"{prefix}.public.{table}"
-    kafka.ensure_topic(kafka_up.kafka, topic, partitions=1)
-    register_postgres_connector(
-        kafka_up, connector, prefix, [f"public.{table}"], schemas_enable=False, unwrap=False
-    )
-    try:
-        source, _, settings = new_source(kafka_up, kind="cdc")
-        cdc = replace(settings.sources[source], topics=(topic,))
-        settings = replace(settings, sources={**settings.sources, source: cdc})
+    ddl = ["CREATE TABLE public.{table} (id int PRIMARY KEY, name text)"]
+    with debezium_table(kafka_up, ddl) as pg:
+        table, topic, source, settings = pg.table, pg.topic, pg.source, pg.settings
         scd1, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
         scd2, settings = with_silver(settings, source, mode="scd2", schema=SCHEMA, keys=("id",))
 
@@ -82,7 +67,3 @@ def test_truncate_and_reload_in_one_batch_keeps_the_reload_and_closes_the_old_ve
         for name in (scd1, scd2):
             assert current(spark, settings, name).count() == 0, name
         assert len(silver_table(spark, settings, scd2).collect()) == 5
-    finally:
-        delete_connector(kafka_up, connector)
-        with pg_connect(kafka_up) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS public.{table}")

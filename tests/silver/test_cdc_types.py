@@ -14,12 +14,10 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse.core import kafka
 from lakehouse.core.settings import Settings
-from lakehouse.devstack.debezium import delete_connector, register_postgres_connector
 from tests.bronze.helpers import new_source, run_ingest, wait_for_records
 from tests.conftest import pg_connect
-from tests.silver.helpers import current, quarantine, run_refine, with_silver
+from tests.silver.helpers import current, debezium_table, quarantine, run_refine, with_silver
 
 COLUMNS = (
     "id int PRIMARY KEY, small int2, big int8, amount numeric(12,2), ratio numeric, r real, "
@@ -84,25 +82,13 @@ def postgres_rows(spark: SparkSession, settings: Settings, table: str) -> DataFr
 def test_every_common_postgres_type_reaches_silver_value_for_value(
     spark: SparkSession, kafka_up: Settings, schemas_enable: bool
 ) -> None:
-    table, mood = f"ty_{uuid.uuid4().hex[:8]}", f"mood_{uuid.uuid4().hex[:8]}"
-    with pg_connect(kafka_up) as conn:
-        conn.execute(f"CREATE TYPE {mood} AS ENUM ('happy', 'sad')")
-        conn.execute(f"CREATE TABLE public.{table} ({COLUMNS.format(mood=mood)})")
-    connector, prefix = f"types-{table}", f"p{table[-8:]}"
-    topic = f"{prefix}.public.{table}"
-    kafka.ensure_topic(kafka_up.kafka, topic, partitions=1)
-    register_postgres_connector(
-        kafka_up,
-        connector,
-        prefix,
-        [f"public.{table}"],
-        schemas_enable=schemas_enable,
-        unwrap=False,
-    )
-    try:
-        source, _, settings = new_source(kafka_up, kind="cdc")
-        cdc = replace(settings.sources[source], topics=(topic,))
-        settings = replace(settings, sources={**settings.sources, source: cdc})
+    mood = f"mood_{uuid.uuid4().hex[:8]}"
+    ddl = [
+        f"CREATE TYPE {mood} AS ENUM ('happy', 'sad')",
+        "CREATE TABLE public.{table} (" + COLUMNS.replace("{mood}", mood) + ")",
+    ]
+    with debezium_table(kafka_up, ddl, schemas_enable, drop=[f"DROP TYPE IF EXISTS {mood}"]) as pg:
+        table, topic, source, settings = pg.table, pg.topic, pg.source, pg.settings
         scd1, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
         scd2, settings = with_silver(settings, source, mode="scd2", schema=SCHEMA, keys=("id",))
         # The same topic read as if the connector used decimal.handling.mode=string.
@@ -113,32 +99,27 @@ def test_every_common_postgres_type_reaches_silver_value_for_value(
         )
         misread, settings = with_silver(settings, wrong, mode="scd1", schema=SCHEMA, keys=("id",))
 
+        def refine_and_compare() -> None:
+            run_ingest(spark, settings, source, kind="cdc")
+            for name in (scd1, scd2):
+                assert run_refine(spark, settings, name).rows_quarantined == 0, name
+                assert_df_equality(
+                    rows_of(spark, settings, name),
+                    postgres_rows(spark, settings, table),
+                    ignore_row_order=True,
+                    ignore_nullable=True,
+                )
+
         with pg_connect(settings) as conn:
             conn.execute(f"INSERT INTO public.{table} VALUES {', '.join(ROWS)}")
         wait_for_records(settings, topic, len(ROWS))
-        run_ingest(spark, settings, source, kind="cdc")
-        for name in (scd1, scd2):
-            assert run_refine(spark, settings, name).rows_quarantined == 0, name
-            assert_df_equality(
-                rows_of(spark, settings, name),
-                postgres_rows(spark, settings, table),
-                ignore_row_order=True,
-                ignore_nullable=True,
-            )
+        refine_and_compare()
 
         with pg_connect(settings) as conn:
             for change in CHANGES:
                 conn.execute(change.format(t=f"public.{table}"))
         wait_for_records(settings, topic, len(ROWS) + len(CHANGES) + 1)  # + the tombstone
-        run_ingest(spark, settings, source, kind="cdc")
-        for name in (scd1, scd2):
-            assert run_refine(spark, settings, name).rows_quarantined == 0, name
-            assert_df_equality(
-                rows_of(spark, settings, name),
-                postgres_rows(spark, settings, table),
-                ignore_row_order=True,
-                ignore_nullable=True,
-            )
+        refine_and_compare()
 
         # Misdeclared: every change with a non-null numeric is quarantined, naming the columns.
         run_ingest(spark, settings, wrong, kind="cdc")
@@ -151,8 +132,3 @@ def test_every_common_postgres_type_reaches_silver_value_for_value(
         assert errors == [(offset, "undecodable: amount, ratio") for offset in (0, 1, 3, 4, 5)]
         assert result.rows_quarantined == 5
         assert sorted(r["id"] for r in current(spark, settings, misread).collect()) == [3]
-    finally:
-        delete_connector(kafka_up, connector)
-        with pg_connect(kafka_up) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS public.{table}")
-            conn.execute(f"DROP TYPE IF EXISTS {mood}")
