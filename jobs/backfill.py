@@ -20,7 +20,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = backfill_parser().parse_args(argv)
     options = options_from_args(args)
-    return run_job("backfill", args.env, lambda spark, settings: run(spark, settings, options))
+    return run_job(
+        "backfill",
+        args.env,
+        lambda spark, settings: run(spark, settings, options),
+        trigger=args.trigger,
+    )
 
 
 if __name__ == "__main__":

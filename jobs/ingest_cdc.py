@@ -19,7 +19,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = "ingest_cdc"
     args = ingest_parser(job, __doc__.splitlines()[0]).parse_args(argv)
     options = options_from_args(args)
-    return run_job(job, args.env, lambda spark, settings: ingest(spark, settings, options, "cdc"))
+    return run_job(
+        job,
+        args.env,
+        lambda spark, settings: ingest(spark, settings, options, "cdc"),
+        trigger=args.trigger,
+    )
 
 
 if __name__ == "__main__":

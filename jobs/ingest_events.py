@@ -20,7 +20,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ingest_parser(job, __doc__.splitlines()[0]).parse_args(argv)
     options = options_from_args(args)
     return run_job(
-        job, args.env, lambda spark, settings: ingest(spark, settings, options, "events")
+        job,
+        args.env,
+        lambda spark, settings: ingest(spark, settings, options, "events"),
+        trigger=args.trigger,
     )
 
 

@@ -20,7 +20,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = move_parser().parse_args(argv)
     options = options_from_args(args)
     return run_job(
-        "realtime_to_offline", args.env, lambda spark, settings: run(spark, settings, options)
+        "realtime_to_offline",
+        args.env,
+        lambda spark, settings: run(spark, settings, options),
+        trigger=args.trigger,
     )
 
 

@@ -20,7 +20,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = refine_parser().parse_args(argv)
     options = options_from_args(args)
     return run_job(
-        "refine_silver", args.env, lambda spark, settings: refine(spark, settings, options)
+        "refine_silver",
+        args.env,
+        lambda spark, settings: refine(spark, settings, options),
+        trigger=args.trigger,
     )
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from lakehouse.core.errors import EXIT_OK, verdict
 from lakehouse.core.settings import Settings, load_settings
-from lakehouse.core.streaming import TRIGGERS
+from lakehouse.core.streaming import TRIGGERS, stop_on_signals
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,27 +41,47 @@ def configure_logging() -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def run_job(job: str, env: str, body: Callable[[SparkSession, Settings], T]) -> int:
-    """Load settings, build the session, run `body`, always stop the session; the exit code."""
+def run_job(
+    job: str,
+    env: str,
+    body: Callable[[SparkSession, Settings], T],
+    trigger: str = "available-now",
+) -> int:
+    """Load settings, build the session, run `body`, always stop the session; the exit code.
+
+    A continuous job stops cleanly (exit 0) on SIGTERM/SIGINT from its very start: one that
+    arrives while the session starts skips `body`; one during it ends the query or the run loop
+    at its next check (`core.streaming.stop_on_signals`)."""
     from lakehouse.core.spark import build_session
 
     configure_logging()
-    try:
-        settings = load_settings(env)
-    except Exception as exc:
-        return fail(job, exc)
-    spark = build_session(settings, job)
-    error: BaseException | None = None
-    try:
-        body(spark, settings)
-    except Exception as exc:
-        error = exc
-        _log_unexpected(job, exc)
-    finally:
-        spark.stop()
+    with stop_on_signals(trigger) as stop:
+        try:
+            settings = load_settings(env)
+        except Exception as exc:
+            return fail(job, exc)
+        if stop.is_set():
+            return _stopped_early(job)
+        spark = build_session(settings, job)
+        error: BaseException | None = None
+        try:
+            if stop.is_set():
+                _stopped_early(job)
+            else:
+                body(spark, settings)
+        except Exception as exc:
+            error = exc
+            _log_unexpected(job, exc)
+        finally:
+            spark.stop()
     # The verdict is printed after the session stopped, so it is the job's last line (Spark
     # and py4j log their shutdown).
     return EXIT_OK if error is None else fail(job, error, logged=True)
+
+
+def _stopped_early(job: str) -> int:
+    logging.getLogger(job).info("stopped by a signal before it started; nothing ran")
+    return EXIT_OK
 
 
 def _log_unexpected(job: str, exc: BaseException) -> None:

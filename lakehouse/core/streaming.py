@@ -7,7 +7,8 @@ import json
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -35,58 +36,70 @@ def with_trigger(writer: DataStreamWriter, trigger: str, interval: str) -> DataS
     return writer.trigger(availableNow=True)
 
 
+# SIGTERM/SIGINT ask a continuous job to stop; the one flag every wait below consults. It is
+# raised from the moment the job starts (`stop_on_signals` in `core.jobs.run_job`), so a
+# scheduler's SIGTERM during the session's start or a first long batch stops the job cleanly
+# (exit 0) instead of killing it half-way with -15.
+_stop = threading.Event()
+_depth = 0
+
+
+@contextmanager
+def stop_on_signals(trigger: str) -> Iterator[threading.Event]:
+    """The event SIGTERM/SIGINT set while the block runs (continuous trigger, main thread);
+    nested blocks share it. Elsewhere an event nothing sets: available-now jobs keep the
+    default (a signal ends them; an uncommitted batch is redone on the next run)."""
+    global _depth
+    if trigger != "continuous" or threading.current_thread() is not threading.main_thread():
+        yield _stop if _depth else threading.Event()
+        return
+    previous: dict[signal.Signals, Any] = {}
+    if _depth == 0:
+        _stop.clear()
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            # No py4j call in here: the main thread may be inside one (it is not reentrant).
+            log.info("signal %s: stopping; a batch in flight is redone on restart", signum)
+            _stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+    _depth += 1
+    try:
+        yield _stop
+    finally:
+        _depth -= 1
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def await_query(query: StreamingQuery, trigger: str) -> None:
     """Wait for the query. In continuous mode SIGTERM/SIGINT stop it and exit 0; a batch in
     flight is not committed and is redone on restart (Delta commits are atomic and the sink
     idempotent, so even SIGKILL loses or duplicates nothing)."""
-    stop = threading.Event()
-    previous: dict[signal.Signals, Any] = {}
-    name = query.name
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        # No py4j call in here: the main thread may be inside one (it is not reentrant).
-        log.info("signal %s: stopping %s; a batch in flight is redone on restart", signum, name)
-        stop.set()
-
-    if trigger == "continuous" and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, on_signal)
-    try:
+    with stop_on_signals(trigger) as stop:
         while not stop.is_set():
             if query.awaitTermination(1):
                 break
         if stop.is_set():
+            log.info("stopping %s", query.name)
             query.stop()
         error = query.exception()
         if error is not None:
             raise error
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def repeat(run: Callable[[], object], trigger: str, interval_s: float) -> None:
     """For the batch jobs: `available-now` runs once; `continuous` runs again every
     `interval_s` seconds until SIGTERM/SIGINT (a run in progress finishes first)."""
-    run()
-    if trigger != "continuous":
-        return
-    stop = threading.Event()
-    previous: dict[signal.Signals, Any] = {}
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %s: stopping after this run", signum)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, on_signal)
-    try:
+    with stop_on_signals(trigger) as stop:
+        if stop.is_set():
+            return
+        run()
+        if trigger != "continuous":
+            return
         while not stop.wait(interval_s):
             run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def progress_reports(query: StreamingQuery) -> list[dict[str, Any]]:

@@ -124,3 +124,31 @@ def test_sigterm_stops_continuous_cleanly(
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(timeout=30)
     assert bronze(spark, settings, name).count() == 10
+
+
+def test_sigterm_while_the_session_starts_stops_the_continuous_job_cleanly(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    """A scheduler stops a job whenever it likes, also in the ~10-30 s its JVM takes to start:
+    that is a clean stop (exit 0), as it is once the query runs, not a kill by the signal."""
+    name, topic, settings = new_source(kafka_up)
+    log = tmp_path / "ingest.log"
+    job = start_job(
+        "ingest_events",
+        ["--source", name, "--trigger", "continuous"],
+        job_env(settings, name, topic),
+        log,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        # Spark prints this as its JVM comes up, well before the session is ready.
+        while "log4j" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert committed_rows(spark, settings, name) == 0
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+    assert "stopped by a signal before it started" in log.read_text(), log.read_text()[-3000:]

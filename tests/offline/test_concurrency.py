@@ -90,6 +90,13 @@ def model(
     return sorted(rows)
 
 
+def wait_for_rows(spark: SparkSession, path: str, rows: int) -> None:
+    deadline = time.monotonic() + 180
+    while spark.read.format("delta").load(path).count() < rows:
+        assert time.monotonic() < deadline, f"refine_silver did not reach {rows} rows"
+        time.sleep(1)
+
+
 def test_readers_see_no_gap_and_no_duplicate_while_three_writers_commit(
     spark: SparkSession, kafka_up: Settings, tmp_path: Path
 ) -> None:
@@ -192,6 +199,10 @@ def test_readers_see_no_gap_and_no_duplicate_while_three_writers_commit(
                     for i in range(20)
                 ],
             )
+            if round_ == 0:
+                # The writers must be live before the moves and the backfill below: their JVMs
+                # take 10-40 s to start on a loaded 2-core machine.
+                wait_for_rows(spark, store.realtime_path(settings, offline_spec), 80)
             if round_ == 1:
                 realtime_to_offline(
                     spark, settings, MoveOptions(offline, T0 + 6 * H + timedelta(minutes=1))
