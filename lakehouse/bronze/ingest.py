@@ -2,21 +2,22 @@
 
 Exactly-once comes from Spark's checkpoint plus the Delta sink's idempotent commits (each
 micro-batch commits with the query's id and batch id as a Delta transaction, so a batch replayed
-after a crash is skipped). When a checkpoint is lost, `--start-from bronze` resumes one past the
-highest offset bronze holds per partition, so nothing is duplicated and nothing skipped.
+after a crash is skipped). When a checkpoint is lost, the job resumes one past the highest offset
+bronze holds per partition (`--start-from bronze`, also the default without a checkpoint), so
+nothing is duplicated and nothing skipped. What Kafka no longer holds is `retention`'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from lakehouse.bronze import historical, offsets
+from lakehouse.bronze import historical, offsets, retention
 from lakehouse.bronze import transform as bronze
-from lakehouse.bronze.offsets import DataLossError, Offsets, StartFrom, StartFromError
-from lakehouse.core import faults, fs, kafka, protection, system, tables
+from lakehouse.bronze.offsets import Offsets, StartFrom, StartFromError
+from lakehouse.core import fs, protection, tables
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.kafka import spark_options
 from lakehouse.core.settings import Settings, SettingsError
@@ -66,7 +67,8 @@ def ingest_parser(job: str, description: str) -> argparse.ArgumentParser:
         type=_start_from,
         default=None,
         help='earliest | latest | bronze | offsets={"topic":{"0":42}} | timestamp=MS '
-        "(only for a new checkpoint; default: the checkpoint, else earliest)",
+        "(only for a new checkpoint; default: the checkpoint, else where bronze ends, "
+        "else earliest)",
     )
     parser.add_argument(
         "--historical",
@@ -76,7 +78,7 @@ def ingest_parser(job: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--allow-data-loss",
         action="store_true",
-        help="continue past offsets Kafka has expired (the gap is recorded)",
+        help="continue past offsets Kafka no longer holds, recording each gap",
     )
     return parser
 
@@ -104,9 +106,33 @@ def ingest(
     """Run one ingest job for `options.source`, which must be of `kind` (events | cdc)."""
     source = _check(settings, options, kind)
     path = bronze_path(settings, options.source)
-    checkpoint = tables.checkpoint_path(settings, CHECKPOINTS, options.source)
     result = IngestResult(options.source, path)
     _ensure_table(spark, path, kind)
+    lost: retention.LostWhileReading | None = None
+    while True:
+        try:
+            _run(spark, settings, options, source, kind, result, lost)
+            return result
+        except retention.LostWhileReading as exc:
+            if not options.allow_data_loss:
+                raise
+            log.warning("%s; --allow-data-loss: recording the gap and going on", exc)
+            # The checkpoint stops where the loss began: the next pass finds it as a gap.
+            lost, options = exc, replace(options, start_from=None, historical=None)
+
+
+def _run(
+    spark: SparkSession,
+    settings: Settings,
+    options: IngestOptions,
+    source: SourceSettings,
+    kind: str,
+    result: IngestResult,
+    lost: retention.LostWhileReading | None,
+) -> None:
+    """One query: from the checkpoint (or the start asked for) until it ends or stops."""
+    path = result.bronze_path
+    checkpoint = tables.checkpoint_path(settings, CHECKPOINTS, options.source)
     has_checkpoint = offsets.checkpoint_exists(spark, checkpoint)
     if has_checkpoint and (options.start_from is not None or options.historical):
         raise StartFromError(
@@ -118,26 +144,53 @@ def ingest(
         result.historical_rows = historical.load(
             spark, settings, options.source, options.historical, source, path
         )
-    start = options.start_from or StartFrom("earliest")
+    start = options.start_from or _default_start(spark, path, options.source)
     if has_checkpoint:
         starting, needed = None, offsets.checkpoint_resume_offsets(spark, checkpoint) or {}
     else:
         starting, needed = _starting_offsets(spark, settings, source, start, path, options.source)
-    starting, result.gaps = _check_retention(spark, settings, options, source, starting, needed)
+    gaps, marks = retention.find(settings, source, needed)
+    if lost is not None and not gaps:
+        raise lost  # a loss the offsets do not explain (e.g. a deleted partition): stop
+    if gaps:
+        retention.accept(spark, settings, options.source, gaps, options.allow_data_loss)
+        result.gaps += gaps
+        if has_checkpoint:
+            # Spark resumes a checkpoint exactly where it stopped, inside the gap. Start a new
+            # one where bronze ends instead (never a duplicate: bronze holds what was written,
+            # also a batch the old checkpoint had not marked committed).
+            fs.delete(spark, checkpoint)
+            start = StartFrom("bronze")
+            starting, _ = _starting_offsets(spark, settings, source, start, path, options.source)
+        if isinstance(starting, dict):
+            starting = offsets.clamp_to_available(starting, marks)
     if options.historical and isinstance(starting, dict):
         historical.record_handoff(spark, settings, options.source, starting)
 
-    stream = _read_kafka(spark, settings, source, start, starting, options.allow_data_loss)
+    stream = _read_kafka(spark, settings, source, start, starting)
     rows = bronze.kafka_to_bronze(stream, options.source, kind, source.max_value_bytes)
     # The query runs on a copy of the session taken at start(), so the settings stay with it.
     with runtime_conf(spark, WRITE_CONF):
         query = _write_bronze(rows, path, checkpoint, options, source)
-    await_query(query, options.trigger)
-    # Spark keeps the last 100 progress reports: exact for available-now, recent for continuous.
-    progress = progress_reports(query)
-    result.batches = len(progress)
-    result.rows = sum(int(p["numInputRows"]) for p in progress)
-    return result
+    try:
+        await_query(query, options.trigger)
+    except Exception as exc:
+        raise retention.lost_while_reading(options.source, exc) or exc from exc
+    finally:
+        # Spark keeps the last 100 progress reports: exact for available-now, recent for
+        # continuous.
+        progress = progress_reports(query)
+        result.batches += len(progress)
+        result.rows += sum(int(p["numInputRows"]) for p in progress)
+
+
+def _default_start(spark: SparkSession, path: str, name: str) -> StartFrom:
+    """No checkpoint and no --start-from: where this source's rows in bronze end (a lost
+    checkpoint must not re-read, and so duplicate, what Kafka still holds), else earliest."""
+    if offsets.bronze_resume_offsets(spark, path, name):
+        log.warning("no checkpoint for %r: resuming where its rows in bronze end", name)
+        return StartFrom("bronze")
+    return StartFrom("earliest")
 
 
 def _check(settings: Settings, options: IngestOptions, kind: str) -> SourceSettings:
@@ -166,46 +219,6 @@ def _ensure_table(spark: SparkSession, path: str, kind: str) -> None:
     )
     if not created:
         tables.require_columns(spark, path, schema)
-
-
-def _check_retention(
-    spark: SparkSession,
-    settings: Settings,
-    options: IngestOptions,
-    source: SourceSettings,
-    starting: Offsets | str | None,
-    needed: Offsets,
-) -> tuple[Offsets | str | None, list[offsets.Gap]]:
-    """Stop when Kafka no longer holds an offset we need, unless the user allows the loss;
-    then record each gap and start at the earliest offset still there."""
-    # Only ask Kafka for watermarks when there is an offset we rely on it still holding.
-    marks = kafka.watermarks(settings.kafka, needed, source.kafka_options) if needed else {}
-    gaps = offsets.find_gaps(needed, marks)
-    if not gaps:
-        return starting, []
-    if not options.allow_data_loss:
-        raise DataLossError(gaps)
-    # A run that failed after recording its gaps is retried with the same checkpoint and
-    # finds the same gaps: each is recorded once.
-    recorded = {
-        (e.get("topic"), e.get("partition"), e.get("first_missing"), e.get("last_missing"))
-        for e in system.read_log(spark, settings, system.INGEST_LOG, options.source)
-        if e["event"] == "gap"
-    }
-    for gap in gaps:
-        log.warning("data loss accepted by --allow-data-loss: %s", gap.describe())
-        if (gap.topic, gap.partition, gap.first_missing, gap.last_missing) in recorded:
-            continue
-        system.append_log(
-            spark,
-            settings,
-            system.INGEST_LOG,
-            {"event": "gap", "subject": options.source, **gap.__dict__},
-        )
-    faults.point("after_gaps_recorded")
-    if isinstance(starting, dict):
-        starting = offsets.clamp_to_available(starting, marks)
-    return starting, gaps
 
 
 def _starting_offsets(
@@ -242,16 +255,14 @@ def _read_kafka(
     source: SourceSettings,
     start: StartFrom,
     starting: Offsets | str | None,
-    allow_data_loss: bool,
 ) -> DataFrame:
     reader = (
         spark.readStream.format("kafka")
         .options(**spark_options(settings.kafka))
         .options(**{f"kafka.{k}": v for k, v in source.kafka_options.items()})
         .option("includeHeaders", "true")
-        # We check for expired offsets ourselves (and name the ranges); with the user's
-        # explicit --allow-data-loss, Spark may skip what retention removed.
-        .option("failOnDataLoss", str(not allow_data_loss).lower())
+        # Every loss fails the query; `retention` names it, and records it when allowed.
+        .option("failOnDataLoss", "true")
     )
     if source.topics:
         reader = reader.option("subscribe", ",".join(source.topics))

@@ -49,6 +49,16 @@ def run_ingest(
     return ingest(spark, settings, IngestOptions(name, start_from=start_from, **options), kind)
 
 
+def delete_records(settings: Settings, topic: str, partition: int, before: int) -> None:
+    """Make Kafka drop a partition's records below `before` now, as retention would later."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka.client_config(settings.kafka))
+    for future in admin.delete_records([TopicPartition(topic, partition, before)]).values():
+        future.result(timeout=30)
+
+
 def bronze(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     return spark.read.format("delta").load(settings.storage.path("bronze", name))
 

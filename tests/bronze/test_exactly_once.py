@@ -11,12 +11,20 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from lakehouse.core import kafka, tables
+from lakehouse.core import kafka, system, tables
 from lakehouse.core.settings import Settings
-from tests.bronze.helpers import bronze, job_env, new_source, run_ingest, start_job
+from tests.bronze.helpers import (
+    bronze,
+    delete_records,
+    job_env,
+    new_source,
+    run_ingest,
+    start_job,
+)
 
 MAX_EVENTS = 40_000
 CHUNK = 100
@@ -152,3 +160,66 @@ def test_sigterm_while_the_session_starts_stops_the_continuous_job_cleanly(
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(timeout=30)
     assert "stopped by a signal before it started" in log.read_text(), log.read_text()[-3000:]
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["refused", "recorded"])
+def test_offsets_kafka_drops_while_a_continuous_job_reads_are_never_skipped_silently(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path, allow: bool
+) -> None:
+    """Retention overtakes a running job (here: Kafka drops offsets below 250 while the job,
+    10 records a second, is near the start). Without --allow-data-loss the job stops with
+    exit 3 naming the loss; with it, the gap is recorded like one found at start and the
+    job goes on from the first offset Kafka still holds."""
+    name, topic, settings = new_source(kafka_up)
+    # 100 kB records: the job's consumer fetches ~10 at a time (1 MB per partition fetch), so
+    # what Kafka drops has not been fetched yet.
+    value = b'{"pad": "' + b"x" * 100_000 + b'"}'
+    kafka.produce(settings.kafka, topic, [(None, value, 0) for _ in range(300)])
+    env = {
+        **job_env(settings, name, topic),
+        f"LAKEHOUSE__SOURCES__{name.upper()}__MAX_OFFSETS_PER_TRIGGER": "10",
+    }
+    flags = ["--allow-data-loss"] if allow else []
+    log = tmp_path / "ingest.log"
+    job = start_job(
+        "ingest_events", ["--source", name, "--trigger", "continuous", *flags], env, log
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while committed_rows(spark, settings, name) == 0:
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no batch committed in 180 s"
+            time.sleep(0.5)
+        delete_records(settings, topic, 0, 250)
+        if allow:
+            while 299 not in {r["offset"] for r in bronze(spark, settings, name).collect()}:
+                assert job.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "offset 299 not in bronze after 180 s"
+                time.sleep(1)
+            job.send_signal(signal.SIGTERM)
+        code = job.wait(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+    text = log.read_text()
+    offsets = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
+    first_missing = next(i for i, o in enumerate([*offsets, -1]) if o != i)
+    assert 0 < first_missing < 250
+    gaps = [
+        (e["first_missing"], e["last_missing"])
+        for e in system.read_log(spark, settings, system.INGEST_LOG, name)
+        if e["event"] == "gap"
+    ]
+    if allow:
+        assert code == 0, text[-3000:]
+        assert offsets == [*range(first_missing), *range(250, 300)]
+        assert gaps == [(first_missing, 249)]
+    else:
+        assert code == 3, text[-3000:]
+        assert offsets == list(range(first_missing))
+        assert gaps == []
+        last = text.strip().splitlines()[-1]
+        assert last.startswith(
+            f"ingest_events: Kafka no longer holds offsets {name!r} was reading"
+        ), last
