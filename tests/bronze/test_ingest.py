@@ -455,3 +455,36 @@ def test_start_from_bronze_resumes_each_source_of_a_shared_table_from_its_own_ro
     table = spark.read.format("delta").load(settings.storage.path("bronze", shared))
     counts = {r["source"]: r["count"] for r in table.groupBy("source").count().collect()}
     assert counts == {fast: 10, slow: 10}
+
+
+@pytest.mark.parametrize("isolation", [None, "read_uncommitted"], ids=["default", "configured"])
+def test_records_of_an_aborted_transaction_are_not_data(
+    spark: SparkSession, kafka_up: Settings, isolation: str | None
+) -> None:
+    """A transactional producer's aborted records stay in the log: a consumer reading
+    uncommitted data would land them in bronze as if they had happened. Sources read
+    committed data unless `kafka_options` says otherwise."""
+    from confluent_kafka import Producer
+
+    options = {"isolation.level": isolation} if isolation else {}
+    name, topic, settings = new_source(kafka_up, kafka_options=options)
+    producer = Producer(kafka.client_config(settings.kafka, **{"transactional.id": f"{name}-tx"}))
+    producer.init_transactions(30)
+    for value, commit in (("a", True), ("aborted", False), ("b", True)):
+        producer.begin_transaction()
+        producer.produce(topic, value=json.dumps({"v": value}).encode(), partition=0)
+        producer.flush(30)  # on the broker before the abort (else it is never sent at all)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+    run_ingest(spark, settings, name)
+
+    values = sorted(
+        json.loads(r["value"])["v"]
+        for r in bronze(spark, settings, name)
+        .selectExpr("CAST(value AS STRING) AS value")
+        .collect()
+    )
+    assert values == (["a", "b"] if isolation is None else ["a", "aborted", "b"])
