@@ -2,8 +2,11 @@
 (`--fix COLUMN=SQL`, or an edit of `record` in `_system/quarantine`), applied to silver through
 the same write as `refine_silver` when they now pass.
 
-Idempotent: the silver write and the quarantine update carry the quarantine table's version as
-their Delta transaction, so a rerun after a crash writes nothing twice."""
+Idempotent per table: each replay of a table gets the next number `n` and pins the quarantine
+version it reads, recorded in `_system/refine_log` before anything is written. The silver write
+and the quarantine update carry `n` as their Delta transaction, so a replay cut off half-way is
+finished by the next call (same rows, same fixes) and writes nothing twice, whatever other
+tables committed to the shared quarantine meanwhile."""
 
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ def replay_quarantine(
     if not tables.exists(spark, path):
         raise SettingsError(f"silver.{name} does not exist yet; run refine_silver --table {name}")
     plan = prepare(spark, settings, name, table, kind, path)
-    version = tables.latest_version(spark, plan.quarantine_path)
+    n, version = _pin(spark, settings, plan, fixes, where)
     row = _row_schema(spark, path)
     pending = _as_records(_pending(spark, plan, version, where), row, kind)
     records = _apply_fixes(pending, fixes, row, name)
@@ -62,10 +65,12 @@ def replay_quarantine(
     try:
         stats = batch_stats(evaluated.drop(_ID), plan.expectations)
         check_fail_rules(evaluated.drop(*silver.TRANSIENT, _ID), plan.expectations, stats.per_rule)
-        replay_plan = Plan(**{**plan.__dict__, "run_id": f"replay:{plan.run_id}"})
+        # `replays:`, not the `replay:` of the releases that keyed this by quarantine version:
+        # Delta would skip numbers below the versions already recorded under that id.
+        replay_plan = Plan(**{**plan.__dict__, "run_id": f"replays:{plan.run_id}"})
         kept_rows = kept(evaluated, plan.expectations).drop(_ID)
-        write_silver(spark, replay_plan, kept_rows, stats.written, version, ())
-        _settle(spark, plan, evaluated, row, version)
+        write_silver(spark, replay_plan, kept_rows, stats.written, n, ())
+        _settle(spark, plan, evaluated, row, n)
     finally:
         evaluated.unpersist()
     result = ReplayResult(name, stats.rows, stats.written, stats.dropped, stats.quarantined)
@@ -76,12 +81,54 @@ def replay_quarantine(
         {
             "event": "quarantine_replay",
             "subject": f"silver.{name}",
+            "n": n,
             "fixes": list(fixes),
             "where": where,
             **result.__dict__,
         },
     )
     return result
+
+
+def _pin(
+    spark: SparkSession,
+    settings: Settings,
+    plan: Plan,
+    fixes: Sequence[tuple[str, str]],
+    where: str | None,
+) -> tuple[int, int]:
+    """(this replay's number, the quarantine version it reads): those of a replay of the table
+    that started and did not finish, which this call then finishes, else the next number and
+    the latest version, recorded before anything is written."""
+    events = system.read_log(spark, settings, system.REFINE_LOG, f"silver.{plan.name}")
+    started = {e["n"]: e for e in events if e["event"] == "quarantine_replay_started"}
+    finished = {e.get("n") for e in events if e["event"] == "quarantine_replay"}
+    open_ = [e for n, e in sorted(started.items()) if n not in finished]
+    if open_:
+        last = open_[-1]
+        if (last["fixes"], last["where"]) != ([list(f) for f in fixes], where):
+            raise SettingsError(
+                f"replay {last['n']} of silver.{plan.name} (fixes {last['fixes']}, where "
+                f"{last['where']!r}) did not finish: run `lakehouse replay` again with the "
+                "same --fix and --where to finish it first"
+            )
+        return int(last["n"]), int(last["quarantine_version"])
+    n = max(started, default=0) + 1
+    version = tables.latest_version(spark, plan.quarantine_path)
+    system.append_log(
+        spark,
+        settings,
+        system.REFINE_LOG,
+        {
+            "event": "quarantine_replay_started",
+            "subject": f"silver.{plan.name}",
+            "n": n,
+            "quarantine_version": version,
+            "fixes": [list(f) for f in fixes],
+            "where": where,
+        },
+    )
+    return n, version
 
 
 def _row_schema(spark: SparkSession, path: str) -> StructType:
@@ -166,9 +213,7 @@ def _apply_fixes(
     return records
 
 
-def _settle(
-    spark: SparkSession, plan: Plan, evaluated: DataFrame, row: StructType, version: int
-) -> None:
+def _settle(spark: SparkSession, plan: Plan, evaluated: DataFrame, row: StructType, n: int) -> None:
     """Mark each re-checked row replayed, dropped or still quarantined (with its new failed
     rules and repaired record), in one MERGE with the replay's transaction."""
     from delta.tables import DeltaTable
@@ -180,7 +225,7 @@ def _settle(
         F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in row.fields])).alias("record"),
         replay_status(plan.expectations).alias("status"),
     )
-    with tables.transaction(spark, f"{JOB}:replay:{plan.name}:{plan.run_id}", version):
+    with tables.transaction(spark, f"{JOB}:replays:{plan.name}:{plan.run_id}", n):
         (
             DeltaTable.forPath(spark, plan.quarantine_path)
             .alias("q")

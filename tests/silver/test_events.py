@@ -17,6 +17,7 @@ from lakehouse.core import fs
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 from lakehouse.quality.expectations import ExpectationFailed
+from lakehouse.silver import replay
 from lakehouse.silver.replay import replay_quarantine
 from lakehouse.silver.transform import SchemaDriftError
 from lakehouse.status import silver_summary
@@ -312,6 +313,51 @@ def test_quarantine_replay_after_repair(spark: SparkSession, kafka_up: Settings)
     fixed = replay_quarantine(spark, settings, name, where="offset = 2")
     assert (fixed.considered, fixed.replayed, fixed.still_quarantined) == (1, 1, 0)
     assert sorted(r["order_id"] for r in current(spark, settings, name).collect()) == [1, 2, 3]
+
+
+def test_a_replay_cut_off_after_its_silver_write_finishes_without_writing_twice(
+    spark: SparkSession, kafka_up: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay dies between its silver append and marking the rows replayed, and another
+    table's refine commits to the shared quarantine before the rerun: the rerun finishes the
+    same replay (same rows, same fixes) and appends nothing a second time."""
+    events: list[object] = [order(1, "paid", 1.0, 1), order(2, "paid", -5.0, 1)]
+    _, _, name, settings = events_pipeline(
+        spark, kafka_up, events, schema=ORDER_SCHEMA, mode="append", expectations=RULES
+    )
+    run_refine(spark, settings, name)
+    fix = [("amount", "abs(amount)")]
+
+    def cut_off(*_args: object) -> None:
+        raise RuntimeError("killed before the quarantine update")
+
+    monkeypatch.setattr(replay, "_settle", cut_off)
+    with pytest.raises(RuntimeError, match="killed"):
+        replay_quarantine(spark, settings, name, fixes=fix)
+    monkeypatch.undo()
+    assert silver_table(spark, settings, name).count() == 2  # the append did land
+    # Another table quarantines a row: the shared quarantine table moves on.
+    other: list[object] = [order(5, "paid", -1.0, 1)]
+    _, _, other_name, other_settings = events_pipeline(
+        spark, kafka_up, other, schema=ORDER_SCHEMA, mode="append", expectations=RULES
+    )
+    run_refine(spark, other_settings, other_name)
+    # A different replay must wait until the cut-off one is finished.
+    with pytest.raises(UsageError, match=r"replay 1 of silver\.\w+ .*did not finish"):
+        replay_quarantine(spark, settings, name)
+
+    done = replay_quarantine(spark, settings, name, fixes=fix)
+
+    assert (done.considered, done.replayed) == (1, 1)
+    expected = spark.createDataFrame(
+        [(1, 7, "paid", 1.0, 1), (2, 7, "paid", 5.0, 1)],
+        "order_id long, customer_id long, order_status string, amount double, ts long",
+    )
+    got = silver_table(spark, settings, name).select(*expected.columns)
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+    statuses = quarantine(spark, settings, name).select("offset", "status")
+    assert [tuple(r) for r in statuses.collect()] == [(1, "replayed")]
+    assert replay_quarantine(spark, settings, name, fixes=fix).considered == 0
 
 
 def test_status_summary_and_cli_replay(
