@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.bronze import transform as bronze
 from lakehouse.bronze.offsets import Offsets, StartFromError
-from lakehouse.core import system, tables
+from lakehouse.core import faults, system, tables
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import runtime_conf
 from lakehouse.core.specs import SourceSettings
@@ -46,12 +46,43 @@ def load(
             )
         log.info("historical snapshot already loaded (version %s); skipping", version)
         return 0
+    landed = _landed(spark, path, name)
+    if landed is not None:
+        # A run cut off after its append, before its log row: bronze decides (the snapshot
+        # may have moved on since, and its newer version must not land on top).
+        landed_version, count = landed
+        log.warning("snapshot version %s is in bronze already; recording it", landed_version)
+        _record(spark, settings, name, snapshot_path, landed_version, count)
+        return 0
     frame = spark.read.format("delta").option("versionAsOf", version).load(snapshot_path)
     rows = bronze.historical_to_bronze(frame, name, source.kind, version, source.max_value_bytes)
     # Idempotent: a crash after this commit but before the log entry replays as a no-op.
     with runtime_conf(spark, bronze.PARQUET_CONF):
         tables.append_once(rows, path, f"lakehouse-historical-{name}", version)
+    faults.point("after_historical_append")
     count = frame.count()
+    _record(spark, settings, name, snapshot_path, version, count)
+    return count
+
+
+def _landed(spark: SparkSession, path: str, name: str) -> tuple[int, int] | None:
+    """(version, rows) of the snapshot `name` already appended to bronze, if any."""
+    from pyspark.sql import functions as F
+
+    found = (
+        spark.read.format("delta")
+        .load(path)
+        .where((F.col("source") == name) & F.col("historical_version").isNotNull())
+        .groupBy("historical_version")
+        .count()
+        .collect()
+    )
+    return (int(found[0][0]), int(found[0][1])) if found else None
+
+
+def _record(
+    spark: SparkSession, settings: Settings, name: str, snapshot: str, version: int, rows: int
+) -> None:
     system.append_log(
         spark,
         settings,
@@ -59,12 +90,11 @@ def load(
         {
             "event": "historical_loaded",
             "subject": name,
-            "snapshot": snapshot_path,
+            "snapshot": snapshot,
             "version": version,
-            "rows": count,
+            "rows": rows,
         },
     )
-    return count
 
 
 def record_handoff(spark: SparkSession, settings: Settings, name: str, starting: Offsets) -> None:

@@ -330,6 +330,57 @@ def test_historical_snapshot_then_live(spark: SparkSession, kafka_up: Settings) 
     ]
 
 
+def test_a_historical_load_cut_off_before_its_log_row_is_not_loaded_again(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    """The job dies after appending the snapshot, before recording it; the snapshot table
+    gets a new commit before the rerun. Bronze already holds the snapshot: the rerun records
+    that load and goes live, it does not append the newer version on top."""
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(3)])
+    snapshot = str(tmp_path / "snapshot")
+    spark.createDataFrame([(i,) for i in range(4)], "n int").write.format("delta").save(snapshot)
+    flags = [
+        "--source",
+        name,
+        "--historical",
+        snapshot,
+        "--start-from",
+        f'offsets={{"{topic}":{{"0":1}}}}',
+    ]
+    died = run_job(
+        "ingest_events",
+        flags,
+        {**job_env(settings, name, topic), FAULT_ENV: "after_historical_append"},
+    )
+    assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
+    spark.createDataFrame([(4,)], "n int").write.format("delta").mode("append").save(snapshot)
+
+    result = run_ingest(
+        spark,
+        settings,
+        name,
+        start_from=StartFrom("offsets", offsets={topic: {0: 1}}),
+        historical=snapshot,
+    )
+
+    rows = bronze(spark, settings, name).selectExpr(
+        "CAST(value AS STRING) AS value", "historical_version", "offset"
+    )
+    expected = spark.createDataFrame(
+        [*((f'{{"n":{i}}}', 0, None) for i in range(4)), ("{}", None, 1), ("{}", None, 2)],
+        "value string, historical_version long, offset long",
+    )
+    assert_df_equality(rows, expected, ignore_row_order=True, ignore_nullable=True)
+    assert result.historical_rows == 0
+    loaded = [
+        (e["version"], e["rows"])
+        for e in system.read_log(spark, settings, system.INGEST_LOG, name)
+        if e["event"] == "historical_loaded"
+    ]
+    assert loaded == [(0, 4)]
+
+
 def test_expired_offsets_refused_then_recorded(spark: SparkSession, kafka_up: Settings) -> None:
     name, topic, settings = new_source(
         kafka_up,
