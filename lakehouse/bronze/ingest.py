@@ -107,7 +107,8 @@ def ingest(
     source = _check(settings, options, kind)
     path = bronze_path(settings, options.source)
     result = IngestResult(options.source, path)
-    _ensure_table(spark, path, kind)
+    if not _ensure_table(spark, path, kind):
+        protection.require_intact(spark, settings, settings.bronze_table(options.source), path)
     lost: retention.LostWhileReading | None = None
     while True:
         try:
@@ -211,14 +212,15 @@ def _check(settings: Settings, options: IngestOptions, kind: str) -> SourceSetti
     return source
 
 
-def _ensure_table(spark: SparkSession, path: str, kind: str) -> None:
-    """Create the bronze table with its contract, or refuse one an older version created."""
+def _ensure_table(spark: SparkSession, path: str, kind: str) -> bool:
+    """Create the bronze table with its contract (True), or check the one there has it."""
     schema = bronze.bronze_schema(kind)
     created = tables.create_table(
         spark, path, schema, bronze.bronze_properties(kind), bronze.PARTITION_COLUMNS
     )
     if not created:
         tables.require_columns(spark, path, schema)
+    return created
 
 
 def _starting_offsets(

@@ -27,15 +27,18 @@ class ProtectedTableError(Refused):
 
 
 def is_protected(properties: dict[str, str]) -> bool:
-    return (
-        properties.get(RESET_ALLOWED, "true").lower() == "false"
-        or properties.get("delta.appendOnly", "false").lower() == "true"
-    )
+    """Fully protected: Delta refuses deletes and rewrites, and our commands refuse resets."""
+    return all(properties.get(k, "").lower() == v for k, v in PROTECTED.items())
+
+
+def _reset_refused(properties: dict[str, str]) -> bool:
+    """Any protection left refuses a reset: only `lakehouse unprotect` lifts both."""
+    return any(properties.get(k, "").lower() == v for k, v in PROTECTED.items())
 
 
 def require_resettable(spark: SparkSession, path: str, operation: str) -> None:
     """Our own check before any destructive command."""
-    if tables.exists(spark, path) and is_protected(tables.properties(spark, path)):
+    if tables.exists(spark, path) and _reset_refused(tables.properties(spark, path)):
         raise ProtectedTableError(
             f"{operation} refused: {path} is protected ({RESET_ALLOWED}=false, "
             "delta.appendOnly=true) because its data may no longer exist in Kafka. "
@@ -70,6 +73,25 @@ def _set(
         {**record, "subject": name, "version": version},
     )
     return version
+
+
+def require_intact(spark: SparkSession, settings: Settings, name: str, path: str) -> None:
+    """Before writing into the protected table `name`: its protection is in place, or was
+    lifted by `lakehouse unprotect` (recorded). Anything else means a client changed its
+    properties directly, and deletes or a RESTORE may have followed unseen."""
+    properties = tables.properties(spark, path)
+    if is_protected(properties):
+        return
+    events = system.read_log(spark, settings, system.PROTECTION_LOG, name)
+    if events and events[-1]["event"] == "unprotect":
+        return
+    shown = ", ".join(f"{k}={properties.get(k, '(unset)')}" for k in PROTECTED)
+    raise ProtectedTableError(
+        f"{name} is not protected ({shown}) and no `lakehouse unprotect` recorded why: its "
+        "properties were changed directly. Ingest will not write into it until you restore "
+        f"protection (lakehouse protect {name}) or record the change "
+        f"(lakehouse unprotect {name} --reason '...')"
+    )
 
 
 def record_reset(spark: SparkSession, settings: Settings, name: str) -> None:

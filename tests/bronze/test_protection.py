@@ -132,3 +132,48 @@ def test_status_summarises_each_source(spark: SparkSession, kafka_up: Settings) 
         SUMMARY_SCHEMA,
     )
     assert_df_equality(summary, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_protection_lifted_behind_our_back_stops_ingest_and_shows_in_status(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Any client can `ALTER TABLE ... SET TBLPROPERTIES ('delta.appendOnly'='false')`. Status
+    shows the table unprotected, and ingest refuses to write into it (exit 4) until an operator
+    either restores protection or records the change with `lakehouse unprotect`."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.status import bronze_summary
+
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)])
+    run_ingest(spark, settings, name)
+    path = settings.storage.path("bronze", name)
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.appendOnly' = 'false')")
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)])
+
+    def shown_protected() -> object:
+        rows = bronze_summary(spark, settings).where(F.col("source") == name).collect()
+        return rows[0]["protected"]
+
+    assert shown_protected() is False
+    with pytest.raises(protection.ProtectedTableError) as err:
+        run_ingest(spark, settings, name)
+    assert str(err.value) == (
+        f"bronze.{name} is not protected (delta.appendOnly=false, pipelines.reset.allowed="
+        "false) and no `lakehouse unprotect` recorded why: its properties were changed "
+        "directly. Ingest will not write into it until you restore protection "
+        f"(lakehouse protect bronze.{name}) or record the change "
+        f"(lakehouse unprotect bronze.{name} --reason '...')"
+    )
+    assert offsets(spark, settings, name) == [0]
+
+    protection.protect(spark, settings, f"bronze.{name}")
+    run_ingest(spark, settings, name)
+    assert offsets(spark, settings, name) == [0, 1]
+    assert shown_protected() is True
+    # Lifted the recorded way, ingest goes on writing.
+    protection.unprotect(spark, settings, f"bronze.{name}", "erasure ticket 7")
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)])
+    run_ingest(spark, settings, name)
+    assert offsets(spark, settings, name) == [0, 1, 2]
+    assert shown_protected() is False
