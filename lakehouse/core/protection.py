@@ -8,7 +8,7 @@ silver: `lakehouse.silver.refine.full_refresh`); they all check `require_resetta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import system, tables
 from lakehouse.core.errors import Refused, UsageError
@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 RESET_ALLOWED = "pipelines.reset.allowed"
+# How far back ingest looks for a RESTORE at start (the table's latest commits since the last
+# protection event): Delta reads one commit file per version.
+RESTORE_HISTORY = 1000
 PROTECTED = {"delta.appendOnly": "true", RESET_ALLOWED: "false"}
 UNPROTECTED = {"delta.appendOnly": "false", RESET_ALLOWED: "true"}
 
@@ -79,11 +82,12 @@ def require_intact(spark: SparkSession, settings: Settings, name: str, path: str
     """Before writing into the protected table `name`: its protection is in place, or was
     lifted by `lakehouse unprotect` (recorded). Anything else means a client changed its
     properties directly, and deletes or a RESTORE may have followed unseen."""
-    properties = tables.properties(spark, path)
-    if is_protected(properties):
-        return
     events = system.read_log(spark, settings, system.PROTECTION_LOG, name)
     if events and events[-1]["event"] == "unprotect":
+        return
+    properties = tables.properties(spark, path)
+    if is_protected(properties):
+        _require_no_restore(spark, name, path, events)
         return
     shown = ", ".join(f"{k}={properties.get(k, '(unset)')}" for k in PROTECTED)
     raise ProtectedTableError(
@@ -91,6 +95,25 @@ def require_intact(spark: SparkSession, settings: Settings, name: str, path: str
         "properties were changed directly. Ingest will not write into it until you restore "
         f"protection (lakehouse protect {name}) or record the change "
         f"(lakehouse unprotect {name} --reason '...')"
+    )
+
+
+def _require_no_restore(
+    spark: SparkSession, name: str, path: str, events: list[dict[str, Any]]
+) -> None:
+    """Delta's RESTORE bypasses appendOnly (it removes the files added since): one committed
+    after the last protection event (a reset starts a new table) is refused."""
+    since = int(events[-1].get("version", -1)) if events else -1
+    newer = tables.latest_version(spark, path) - since
+    found = tables.restores(spark, path, since, min(newer, RESTORE_HISTORY)) if newer > 0 else []
+    if not found:
+        return
+    version, restored, before = found[0]
+    raise ProtectedTableError(
+        f"{name} was restored to version {restored} at version {version}, outside "
+        "`lakehouse unprotect`: rows it held are gone from it, and Kafka may no longer hold "
+        f"them. Undo it (RESTORE TABLE delta.`{path}` TO VERSION AS OF {before}), or accept "
+        f"it; then record that with `lakehouse protect {name}` and ingest goes on"
     )
 
 

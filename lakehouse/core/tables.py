@@ -137,6 +137,25 @@ def latest_version(spark: SparkSession, path: str) -> int:
     return version
 
 
+def restores(spark: SparkSession, path: str, after: int, limit: int) -> list[tuple[int, int, int]]:
+    """(its version, the version restored, the version before it) of each RESTORE committed
+    after version `after`, among the table's latest `limit` commits, newest first."""
+    from delta.tables import DeltaTable
+
+    found = (
+        DeltaTable.forPath(spark, path)
+        .history(limit)
+        .where(f"operation = 'RESTORE' AND version > {int(after)}")
+        .select("version", "operationParameters", "readVersion")
+        .orderBy("version", ascending=False)
+        .collect()
+    )
+    return [
+        (int(r["version"]), int(r["operationParameters"].get("version", -1)), int(r["readVersion"]))
+        for r in found
+    ]
+
+
 def commit_info(spark: SparkSession, path: str, version: int) -> dict[str, Any] | None:
     """The `commitInfo` of one commit, from its log file (None when the file is gone: log
     cleanup removes old commits once a checkpoint covers them)."""

@@ -177,3 +177,35 @@ def test_protection_lifted_behind_our_back_stops_ingest_and_shows_in_status(
     run_ingest(spark, settings, name)
     assert offsets(spark, settings, name) == [0, 1, 2]
     assert shown_protected() is False
+
+
+def test_a_restore_to_an_older_version_stops_ingest_naming_the_version_to_restore(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Delta's RESTORE bypasses appendOnly: it empties bronze of rows Kafka may no longer
+    hold, and ingest would go on from its checkpoint as if nothing happened. It refuses
+    (exit 4), naming the version that undoes the restore; once undone and acknowledged with
+    `lakehouse protect`, ingest goes on."""
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)])
+    run_ingest(spark, settings, name)
+    path = settings.storage.path("bronze", name)
+    before = tables.latest_version(spark, path)
+    spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF 0")
+    assert bronze(spark, settings, name).count() == 0  # Delta let it through
+    kafka.produce(settings.kafka, topic, [(b"k", b"{}", 0)])
+
+    with pytest.raises(protection.ProtectedTableError) as err:
+        run_ingest(spark, settings, name)
+    assert str(err.value) == (
+        f"bronze.{name} was restored to version 0 at version {before + 1}, outside "
+        "`lakehouse unprotect`: rows it held are gone from it, and Kafka may no longer hold "
+        f"them. Undo it (RESTORE TABLE delta.`{path}` TO VERSION AS OF {before}), or accept "
+        f"it; then record that with `lakehouse protect bronze.{name}` and ingest goes on"
+    )
+    assert bronze(spark, settings, name).count() == 0
+
+    spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {before}")
+    protection.protect(spark, settings, f"bronze.{name}")
+    run_ingest(spark, settings, name)
+    assert offsets(spark, settings, name) == [0, 1]
