@@ -281,6 +281,8 @@ def _read_kafka(
         reader = reader.option("startingOffsets", starting)
     elif start.mode == "timestamp":
         reader = reader.option("startingTimestamp", str(start.timestamp_ms))
+        # A partition with no record at or after it starts at its end (Spark's default fails).
+        reader = reader.option("startingOffsetsByTimestampStrategy", "latest")
     return reader.load()
 
 

@@ -295,6 +295,28 @@ def test_start_from_explicit_offsets_and_timestamp(spark: SparkSession, kafka_up
     )
 
 
+def test_start_from_a_timestamp_with_a_partition_quiet_since_then(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """A partition with no record at or after the timestamp starts at its end (its next
+    record is after the timestamp), instead of failing the job (Spark's default)."""
+    name, topic, settings = new_source(kafka_up, partitions=2)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", p) for p in (0, 1, 0, 1)])
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0)])
+    run_ingest(spark, settings, name, start_from=StartFrom("timestamp", timestamp_ms=cut))
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 1)])
+    run_ingest(spark, settings, name)
+    assert_df_equality(
+        bronze(spark, settings, name).select("partition", "offset"),
+        spark.createDataFrame([(0, 2), (1, 2)], OFFSETS),
+        ignore_nullable=True,
+        ignore_row_order=True,
+    )
+
+
 def test_historical_snapshot_then_live(spark: SparkSession, kafka_up: Settings) -> None:
     """A snapshot holds what offsets 0..41 carried; live starts at 42: each record once."""
     name, topic, settings = new_source(kafka_up)
