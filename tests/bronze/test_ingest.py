@@ -29,7 +29,14 @@ from lakehouse.core import kafka, system, tables
 from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import java_class
-from tests.bronze.helpers import bronze, job_env, new_source, run_ingest, run_job
+from tests.bronze.helpers import (
+    bronze,
+    delete_records,
+    job_env,
+    new_source,
+    run_ingest,
+    run_job,
+)
 
 LINEAGE = StructType(
     [
@@ -404,27 +411,11 @@ def test_a_historical_load_cut_off_before_its_log_row_is_not_loaded_again(
 
 
 def test_expired_offsets_refused_then_recorded(spark: SparkSession, kafka_up: Settings) -> None:
-    name, topic, settings = new_source(
-        kafka_up,
-        topic_config={"retention.ms": "1000", "segment.ms": "300"},
-    )
-    # Three waves roll three segments (segment.ms); only closed segments expire.
-    for _wave in range(3):
-        kafka.produce(settings.kafka, topic, [(None, b"x" * 20, 0) for _ in range(10)])
-        time.sleep(0.5)
-    deadline = time.monotonic() + 90
-    low = 0
-    while time.monotonic() < deadline:
-        marks = kafka.watermarks(settings.kafka, {topic: [0]})
-        low = marks[(topic, 0)][0]
-        if low > 0:
-            break
-        time.sleep(1)
-    assert low > 0, "the broker never deleted the expired segments"
-    # Freeze retention, then add live records: the gap is now stable and known.
-    kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "-1"})
-    time.sleep(6)  # one retention check interval, so a deletion already decided is done
-    low = kafka.watermarks(settings.kafka, {topic: [0]})[(topic, 0)][0]
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"x" * 20, 0) for _ in range(30)])
+    # What retention does to a partition's head, at once: offsets below `low` are gone.
+    low = 17
+    delete_records(settings, topic, 0, low)
     kafka.produce(settings.kafka, topic, [(None, b"live", 0) for _ in range(5)])
 
     start = StartFrom("offsets", offsets={topic: {0: 0}})
@@ -458,18 +449,9 @@ def test_expired_offsets_after_the_checkpoint_are_named(
     name, topic, settings = new_source(kafka_up)
     kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(5)])
     run_ingest(spark, settings, name)  # checkpoint: next offset 5
-    kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "1000", "segment.ms": "300"})
-    for _wave in range(3):
-        kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(5)])
-        time.sleep(0.5)
-    deadline, low = time.monotonic() + 90, 0
-    while time.monotonic() < deadline and low <= 5:
-        time.sleep(1)
-        low = kafka.watermarks(settings.kafka, {topic: [0]})[(topic, 0)][0]
-    assert low > 5, "the broker never deleted the expired segments"
-    kafka.alter_topic_config(settings.kafka, topic, {"retention.ms": "-1"})
-    time.sleep(6)
-    low = kafka.watermarks(settings.kafka, {topic: [0]})[(topic, 0)][0]
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(15)])
+    low = 12
+    delete_records(settings, topic, 0, low)
     kafka.produce(settings.kafka, topic, [(None, b"{}", 0) for _ in range(2)])
     end = 22
 
