@@ -96,6 +96,7 @@ def prepare(
         spark.createDataFrame([], bronze.bronze_schema(kind)), table, kind, declared
     )
     _check_columns(name, table, records)
+    _check_rules(name, expectations, records)
     if not tables.exists(spark, path):
         properties = {
             **SILVER_PROPERTIES,
@@ -194,6 +195,23 @@ def _check_columns(name: str, table: SilverTableSettings, records: DataFrame) ->
                 f"silver.{name}: column {key!r} (keys/sequence_by) is not in the flattened "
                 f"schema; columns are: {', '.join(silver.silver_columns(records))}"
             )
+
+
+def _check_rules(name: str, expectations: list[Expectation], records: DataFrame) -> None:
+    """Each rule must resolve against the table's columns before a batch runs: else a
+    misspelt column fails mid-batch with Spark's error, after the table was created."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    for e in expectations:
+        try:
+            records.select(F.expr(e.sql).alias("rule")).schema  # noqa: B018 (analysis only)
+        except AnalysisException as exc:
+            reason = str(exc).strip().splitlines()[0]
+            raise SettingsError(
+                f"silver.{name}.expectations.{e.name}: {e.sql!r} does not resolve against the "
+                f"table ({reason}); its columns are: {', '.join(row_columns(records))}"
+            ) from None
 
 
 def row_columns(records: DataFrame) -> list[str]:

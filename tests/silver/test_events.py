@@ -442,3 +442,38 @@ def test_a_lost_checkpoint_loses_nothing_keyed_and_refuses_to_duplicate_append(
     fs.delete(spark, settings.storage.path("_checkpoints", "refine_silver", appended))
     with pytest.raises(UsageError, match=r"checkpoint .* is gone: a new stream would append"):
         run_refine(spark, settings, appended)
+
+
+@pytest.mark.parametrize(
+    ("declared", "column"),
+    [
+        (
+            rule(
+                "has_coupon", "drop", expect="expect_column_values_to_not_be_null", column="coupon"
+            ),
+            "coupon",
+        ),
+        (rule("cheap", "quarantine", sql="price < 100"), "price"),
+    ],
+    ids=["expect_rule", "sql_rule"],
+)
+def test_a_rule_on_a_column_the_table_does_not_have_fails_at_start_naming_both(
+    spark: SparkSession, kafka_up: Settings, declared: object, column: str
+) -> None:
+    """A misspelt or vanished column in a rule is a config error found before anything is
+    read or written (exit 2), never a generic Spark failure mid-batch or rows dropped."""
+    _, _, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        [order(1, "paid", 1.0, 1)],
+        schema=ORDER_SCHEMA,
+        mode="append",
+        expectations=(declared,),
+    )
+    with pytest.raises(UsageError) as err:
+        run_refine(spark, settings, name)
+    message = str(err.value)
+    assert message.startswith(f"silver.{name}.expectations.{declared.name}: "), message  # type: ignore[attr-defined]
+    assert f"`{column}`" in message, message
+    assert "order_id, customer_id, order_status, amount, ts" in message, message
+    assert not fs.exists(spark, settings.storage.path("silver", name))
