@@ -97,6 +97,17 @@ def _record(
     )
 
 
+def require_lineage(spark: SparkSession, settings: Settings, snapshot: str) -> None:
+    """`--start-from bronze` after a snapshot needs the snapshot's Kafka offsets."""
+    columns = set(spark.read.format("delta").load(_resolve_snapshot(settings, snapshot)).columns)
+    if not {"topic", "partition", "offset"} <= columns:
+        raise StartFromError(
+            f"--historical {snapshot} has no Kafka lineage (topic, partition, offset), so "
+            "--start-from bronze cannot know where live data starts; give the first live "
+            'offsets instead: --start-from offsets={"TOPIC":{"PARTITION":OFFSET}}'
+        )
+
+
 def record_handoff(spark: SparkSession, settings: Settings, name: str, starting: Offsets) -> None:
     """Where the live stream starts after the snapshot."""
     first_live = {t: {str(p): o for p, o in ps.items()} for t, ps in starting.items()}

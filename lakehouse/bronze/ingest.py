@@ -142,6 +142,8 @@ def _run(
             "checkpoint away first (then --start-from bronze resumes without duplicates)"
         )
     if options.historical:
+        if options.start_from and options.start_from.mode == "bronze":
+            historical.require_lineage(spark, settings, options.historical)
         result.historical_rows = historical.load(
             spark, settings, options.source, options.historical, source, path
         )

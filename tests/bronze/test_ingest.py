@@ -410,6 +410,25 @@ def test_a_historical_load_cut_off_before_its_log_row_is_not_loaded_again(
     assert loaded == [(0, 4)]
 
 
+def test_a_snapshot_without_kafka_offsets_cannot_start_from_bronze(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    """Bronze would hold no offset after such a snapshot, so `bronze` would mean earliest:
+    all of Kafka on top of the history. Refused before anything is written."""
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"{}", 0)])
+    snapshot = str(tmp_path / "snapshot")
+    spark.createDataFrame([(1,)], "n int").write.format("delta").save(snapshot)
+    with pytest.raises(StartFromError) as err:
+        run_ingest(spark, settings, name, start_from=StartFrom("bronze"), historical=snapshot)
+    assert str(err.value) == (
+        f"--historical {snapshot} has no Kafka lineage (topic, partition, offset), so "
+        "--start-from bronze cannot know where live data starts; give the first live "
+        'offsets instead: --start-from offsets={"TOPIC":{"PARTITION":OFFSET}}'
+    )
+    assert bronze(spark, settings, name).count() == 0
+
+
 def test_expired_offsets_refused_then_recorded(spark: SparkSession, kafka_up: Settings) -> None:
     name, topic, settings = new_source(kafka_up)
     kafka.produce(settings.kafka, topic, [(None, b"x" * 20, 0) for _ in range(30)])
