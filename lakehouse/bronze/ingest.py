@@ -147,10 +147,12 @@ def _run(
         result.historical_rows = historical.load(
             spark, settings, options.source, options.historical, source, path
         )
-    start = options.start_from or _default_start(spark, path, options.source)
     if has_checkpoint:
+        # The checkpoint decides where the query resumes; `start` is not read.
+        start = StartFrom("earliest")
         starting, needed = None, offsets.checkpoint_resume_offsets(spark, checkpoint) or {}
     else:
+        start = options.start_from or _default_start(spark, path, options.source)
         starting, needed = _starting_offsets(spark, settings, source, start, path, options.source)
     gaps, marks = retention.find(settings, source, needed)
     if lost is not None and not gaps:
@@ -178,7 +180,10 @@ def _run(
     try:
         await_query(query, options.trigger)
     except Exception as exc:
-        raise retention.lost_while_reading(options.source, exc) or exc from exc
+        lost = retention.lost_while_reading(options.source, exc)
+        if lost is None:
+            raise
+        raise lost from exc
     finally:
         # Spark keeps the last 100 progress reports: exact for available-now, recent for
         # continuous.
