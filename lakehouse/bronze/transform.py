@@ -58,7 +58,7 @@ INVALID_UTF8 = "invalid_utf8"
 # a full JSON parse
 INVALID_JSON = "invalid_json"
 OVERSIZE = "oversize"  # kept, but larger than the source's max_value_bytes: not parsed
-TOMBSTONE = "tombstone"  # CDC: Debezium's null-value record after a delete (expected; no row)
+TOMBSTONE = "tombstone"  # CDC: a key with a null (or JSON null) value after or for a delete
 UNKNOWN_OP = "unknown_op"  # CDC: an envelope whose op we do not know
 NOT_AN_ENVELOPE = "not_an_envelope"  # CDC: JSON, but neither a Debezium envelope nor flattened
 
@@ -230,9 +230,18 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
         f"CASE {_size_checks(TOMBSTONE, max_value_bytes)} "
         f"WHEN NOT {_IS_UTF8} THEN '{INVALID_UTF8}' END"
     )
+    # A JSON `null` value (or a schemas.enable=true wrapper around one) is a tombstone too:
+    # Kafka Connect's JsonConverter writes one when a transform (ExtractNewRecordState's
+    # default delete handling) leaves a record with a value schema but no value.
+    wrapped = F.try_variant_get(variant, "$.payload", "variant")
+    json_null = F.is_variant_null(variant) | (
+        F.try_variant_get(variant, "$.schema", "variant").isNotNull()
+        & F.coalesce(F.is_variant_null(wrapped), F.lit(False))
+    )
     error = F.coalesce(
         raw_error,
         F.when(variant.isNull(), F.lit(INVALID_JSON))
+        .when(json_null, F.lit(TOMBSTONE))
         .when(op.isNull(), F.lit(NOT_AN_ENVELOPE))
         .when(~op.isin(*DEBEZIUM_OPS), F.lit(UNKNOWN_OP)),
     )

@@ -23,7 +23,7 @@ from lakehouse.quality.expectations import (
     quarantined,
 )
 from lakehouse.quality.metrics import BatchCounts, metrics_rows
-from lakehouse.silver import scd1, scd2, toast
+from lakehouse.silver import scd1, scd2, toast, tombstones
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import ARRIVAL, OP, SEQ, TRUNCATE, TS
 from lakehouse.silver.plan import EVOLVED, Plan, row_columns, transform
@@ -50,6 +50,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
     spark = batch.sparkSession
     records = transform(batch, plan.table, plan.kind, plan.schema)
     if plan.kind == "cdc":
+        records = _resolve_tombstones(spark, plan, records)
         records = _resolve_toast(spark, plan, records)
     evaluated = silver.evaluate_rules(records, plan.expectations).persist()
     try:
@@ -108,6 +109,22 @@ def _drift(
         _evolve(spark, plan, evaluated, stats.unknown_fields)
         return True
     return False
+
+
+def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:
+    """Tombstones as deletes (see `lakehouse.silver.tombstones`). Checked first, so a batch
+    without tombstones costs one cheap scan; silver is read only when a tombstone's key has no
+    earlier change in the batch."""
+    from pyspark.sql import functions as F
+
+    if not records.where(F.col(silver.TOMBSTONE_ROW)).take(1):
+        return records
+    keys = plan.table.keys
+    records = tombstones.with_batch_prior(records, keys)
+    live = None
+    if records.where(tombstones.unresolved(records)).take(1):
+        live = current.live_rows(spark.read.format("delta").load(plan.path))
+    return tombstones.resolve(records, live, keys)
 
 
 def _resolve_toast(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:

@@ -34,6 +34,9 @@ ERROR = "_lh_error"  # why the record could not be parsed (null when it parsed)
 UNKNOWN = "_lh_unknown"  # names of top-level fields the schema does not declare
 MISTYPED = "_lh_mistyped"  # names of declared top-level fields whose value did not decode
 CHECKED = "_lh_checked"  # whether user expectations apply (not for deletes/unparsable rows)
+# CDC: a tombstone (a key with no value), a delete without a position until
+# `lakehouse.silver.tombstones` gives it one.
+TOMBSTONE_ROW = "_lh_tombstone"
 TRANSIENT = (
     TOPIC,
     PARTITION,
@@ -45,6 +48,7 @@ TRANSIENT = (
     UNKNOWN,
     MISTYPED,
     CHECKED,
+    TOMBSTONE_ROW,
 )
 
 # The built-in rule every table has: a record that did not parse goes to quarantine.
@@ -208,12 +212,15 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
 
     The image is `after` for c/u/r and `before` for d (under REPLICA IDENTITY DEFAULT only the
     key), from the plain envelope, the `payload` of a schemas.enable=true record, or the
-    ExtractNewRecordState-flattened row itself. Null-value tombstones (Kafka compaction
-    markers that follow a delete) carry nothing and are left out here; `refine` counts them."""
+    ExtractNewRecordState-flattened row itself. A tombstone (a key with no value) becomes a
+    delete of its key (`_lh_tombstone`) with no position yet and Kafka's timestamp as its time:
+    after a Debezium delete it repeats it, but under the SMT's default delete handling it is
+    the only trace of the delete; `lakehouse.silver.tombstones` decides which."""
     from pyspark.sql import functions as F
 
     value = F.col(RAW_VALUE).cast("string")
     op = F.col(OP)
+    tombstone = F.col(TOMBSTONE_ROW)
 
     def pick(path: str) -> Column:
         return F.coalesce(
@@ -226,25 +233,33 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
         payload.isNotNull() & F.get_json_object(value, "$.schema").isNotNull(), payload
     )
     image = (
-        F.when(flattened, F.coalesce(root_row, value))
+        F.when(tombstone, F.col("cdc_key"))
+        .when(flattened, F.coalesce(root_row, value))
         .when(op == DELETE, pick("before"))
         .otherwise(pick("after"))
     )
-    staged = bronze.where(~F.col("value_error").eqNullSafe(TOMBSTONE)).select(
+    is_tombstone = F.col("value_error").eqNullSafe(TOMBSTONE)
+    staged = bronze.select(
         *_lineage(),
-        F.col("cdc_op").alias(OP),
+        "cdc_key",
+        is_tombstone.alias(TOMBSTONE_ROW),
+        F.when(is_tombstone, F.lit(DELETE)).otherwise(F.col("cdc_op")).alias(OP),
         F.col("cdc_lsn").alias(SEQ),
-        F.timestamp_millis(F.col("cdc_source_ts_ms")).alias(TS),
+        F.when(is_tombstone, F.col("kafka_timestamp"))
+        .otherwise(F.timestamp_millis(F.col("cdc_source_ts_ms")))
+        .alias(TS),
     )
     error = (
-        F.when(F.col(VALUE_ERROR).isNotNull(), F.col(VALUE_ERROR))
+        F.when(tombstone & image.isNull(), F.lit("tombstone_without_key"))
+        .when(tombstone, F.lit(None))
+        .when(F.col(VALUE_ERROR).isNotNull(), F.col(VALUE_ERROR))
         .when(~op.isin(*UPSERT_OPS, DELETE, TRUNCATE), F.concat(F.lit("unsupported_op:"), op))
         .when(F.col(SEQ).isNull(), F.lit("no_source_position"))
         .when((op != TRUNCATE) & image.isNull(), F.lit("no_row_image"))
     )
     with_image = staged.withColumn("_lh_image", F.when(op != TRUNCATE, image))
     changes = parse_records(with_image, F.col("_lh_image"), schema, error, "__", strict=True).drop(
-        "_lh_image"
+        "_lh_image", "cdc_key"
     )
     # A truncate has no image: not an error, and not checked against row rules.
     changes = changes.withColumn(

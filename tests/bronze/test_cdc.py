@@ -51,6 +51,8 @@ def test_cdc_corpus(spark: SparkSession, kafka_up: Settings) -> None:
             ).encode(),
         ),
         (key, None),  # tombstone
+        (key, b"null"),  # what JsonConverter writes for a null value with a schema
+        (wrapped_key.encode(), b'{"schema": {"type": "struct"}, "payload": null}'),
         (key, json.dumps(envelope("x", None, None, 400)).encode()),  # unknown op
         (key, b'{"hello": "world"}'),  # JSON, but no envelope
         (key, b"\xff\xfe\x00garbage"),
@@ -79,11 +81,13 @@ def test_cdc_corpus(spark: SparkSession, kafka_up: Settings) -> None:
             (1, None, "u", '{"customer_id":1}', 200, 1200, "public.customers", None),
             (2, None, "d", '{"customer_id": 1}', 300, 1300, None, "true"),
             (3, "tombstone", None, '{"customer_id": 1}', None, None, None, None),
-            (4, "unknown_op", "x", '{"customer_id": 1}', 400, 1400, "public.customers", None),
-            (5, "not_an_envelope", None, '{"customer_id": 1}', None, None, None, None),
-            (6, "invalid_utf8", None, '{"customer_id": 1}', None, None, None, None),
-            (7, "invalid_json", None, None, None, None, None, None),
-            (8, None, "u", '{"customer_id": 1}', 500, 1500, "orders", None),
+            (4, "tombstone", None, '{"customer_id": 1}', None, None, None, None),
+            (5, "tombstone", None, '{"customer_id":1}', None, None, None, None),
+            (6, "unknown_op", "x", '{"customer_id": 1}', 400, 1400, "public.customers", None),
+            (7, "not_an_envelope", None, '{"customer_id": 1}', None, None, None, None),
+            (8, "invalid_utf8", None, '{"customer_id": 1}', None, None, None, None),
+            (9, "invalid_json", None, None, None, None, None, None),
+            (10, None, "u", '{"customer_id": 1}', 500, 1500, "orders", None),
         ],
         CDC_COLUMNS,
     )

@@ -95,11 +95,14 @@ def debezium_table(
     ddl: Sequence[str],
     schemas_enable: bool = False,
     drop: Sequence[str] = (),
+    unwrap: bool = False,
+    connector_config: dict[str, str] | None = None,
 ) -> Iterator[DebeziumTable]:
     """A fresh PostgreSQL table made by `ddl` (statements with `{table}` for its name, run in
     order), streamed by its own real Debezium connector into its own topic, and a CDC source
     reading that topic added to a copy of `settings`. Afterwards the connector (and its slot)
-    and the table are dropped, then the `drop` statements run."""
+    and the table are dropped, then the `drop` statements run. `unwrap` adds the
+    ExtractNewRecordState SMT; `connector_config` overrides connector settings."""
     from lakehouse.devstack.debezium import delete_connector, register_postgres_connector
 
     table = f"t_{uuid.uuid4().hex[:8]}"
@@ -115,7 +118,8 @@ def debezium_table(
         prefix,
         [f"public.{table}"],
         schemas_enable=schemas_enable,
-        unwrap=False,
+        unwrap=unwrap,
+        extra=connector_config,
     )
     try:
         source, _, with_source = new_source(settings, kind="cdc")

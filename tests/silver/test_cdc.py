@@ -102,3 +102,48 @@ def test_refine_purges_tombstones_past_their_retention_and_keeps_younger_ones(
         rows = silver_table(spark, settings, name).collect()
         stored[name] = sorted((r["id"], r["__deleted"]) for r in rows)
     assert stored == {kept: [(1, False), (2, True)], purged: [(1, False)]}
+
+
+def flat(op: str, lsn: int, row: dict[str, object]) -> bytes:
+    """An ExtractNewRecordState-flattened change with the metadata silver orders by."""
+    return json.dumps(
+        {**row, "__op": op, "__lsn": lsn, "__source_ts_ms": 1_700_000_000_000}
+    ).encode()
+
+
+def test_a_tombstone_deletes_the_row_it_follows_and_nothing_else(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    name, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
+
+    def send_keyed(records: list[tuple[int, bytes | None]]) -> None:
+        kafka.produce(
+            settings.kafka, topic, [(json.dumps({"id": i}).encode(), v, 0) for i, v in records]
+        )
+        run_ingest(spark, settings, source, kind="cdc")
+        run_refine(spark, settings, name)
+
+    def positions() -> list[tuple[int, int, bool]]:
+        rows = silver_table(spark, settings, name).collect()
+        return sorted((r["id"], r["__seq"], r["__deleted"]) for r in rows)
+
+    send_keyed(
+        [
+            (1, flat("c", 100, {"id": 1, "name": "a"})),
+            (2, flat("c", 110, {"id": 2, "name": "b"})),
+            (1, None),  # the SMT's default: the delete itself was dropped
+            (2, change("d", 120, before={"id": 2})),
+            (2, None),  # follows a delete: repeats it
+            (9, None),  # a key never seen: nothing to delete
+        ]
+    )
+    assert positions() == [(1, 101, True), (2, 120, True)]
+    send_keyed([(3, flat("c", 200, {"id": 3, "name": "c"})), (2, None)])
+    assert positions() == [(1, 101, True), (2, 120, True), (3, 200, False)]
+    send_keyed([(3, None)])  # its insert is in silver, not in the batch
+    assert positions() == [(1, 101, True), (2, 120, True), (3, 201, True)]
+    send_keyed([(3, flat("c", 300, {"id": 3, "name": "c2"}))])  # back after the delete
+    assert [tuple(r) for r in current(spark, settings, name).select("id", "name").collect()] == [
+        (3, "c2")
+    ]
