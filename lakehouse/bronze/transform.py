@@ -233,10 +233,14 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
     # A JSON `null` value (or a schemas.enable=true wrapper around one) is a tombstone too:
     # Kafka Connect's JsonConverter writes one when a transform (ExtractNewRecordState's
     # default delete handling) leaves a record with a value schema but no value.
+    # The wrapper is exactly {"schema": {"type": ...}, "payload": null}: a flattened row with
+    # columns named `schema` and `payload` has its `__op`.
     wrapped = F.try_variant_get(variant, "$.payload", "variant")
     json_null = F.is_variant_null(variant) | (
-        F.try_variant_get(variant, "$.schema", "variant").isNotNull()
+        F.try_variant_get(variant, "$.schema.type", "string").isNotNull()
         & F.coalesce(F.is_variant_null(wrapped), F.lit(False))
+        & F.try_variant_get(variant, "$.__op", "variant").isNull()
+        & F.try_variant_get(variant, "$.op", "variant").isNull()
     )
     error = F.coalesce(
         raw_error,

@@ -13,7 +13,10 @@ SOURCE_KINDS = ("events", "cdc")
 # Debezium's modes and the encodings a silver column may declare (`lakehouse.silver.decode`).
 DECIMAL_HANDLING_MODES = ("precise", "string", "double")
 TIME_PRECISION_MODES = ("adaptive", "adaptive_time_microseconds", "connect")
-ENCODINGS = ("iso", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns", "epoch_days", "text", "base64")
+ENCODINGS = (
+    *("iso", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns", "epoch_days", "text", "base64"),
+    *("time_ms", "time_us", "time_ns"),
+)
 
 
 @dataclass(frozen=True)

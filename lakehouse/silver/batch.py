@@ -113,18 +113,38 @@ def _drift(
 
 def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:
     """Tombstones as deletes (see `lakehouse.silver.tombstones`). Checked first, so a batch
-    without tombstones costs one cheap scan; silver is read only when a tombstone's key has no
-    earlier change in the batch."""
+    without tombstones costs one cheap scan; bronze (the record before each) and silver are
+    read only for tombstones that are first of their key in the batch."""
     from pyspark.sql import functions as F
 
     if not records.where(F.col(silver.TOMBSTONE_ROW)).take(1):
         return records
     keys = plan.table.keys
     records = tombstones.with_batch_prior(records, keys)
-    live = None
-    if records.where(tombstones.unresolved(records)).take(1):
-        live = current.live_rows(spark.read.format("delta").load(plan.path))
-    return tombstones.resolve(records, live, keys)
+    first = records.where(tombstones.unresolved(records)).select(
+        silver.TOPIC, silver.PARTITION, silver.OFFSET, silver.RAW_KEY
+    )
+    ranges = first.groupBy(silver.TOPIC, silver.PARTITION).agg(
+        F.min(silver.OFFSET).alias("lo"), F.max(silver.OFFSET).alias("hi")
+    )
+    bounds = ranges.collect()
+    if not bounds:
+        return tombstones.resolve(records, keys)
+    near = F.lit(False)  # the records just before them: by offset, so Delta skips files
+    for topic, partition, lo, hi in bounds:
+        near = near | (
+            (F.col("topic") == topic)
+            & (F.col("partition") == partition)
+            & F.col("offset").between(lo - 1, hi - 1)
+        )
+    bronze = (
+        spark.read.format("delta")
+        .load(plan.bronze_path)
+        .where((F.col("source") == plan.table.source) & near)
+    )
+    follow = tombstones.after_deletes(first, bronze)
+    live = current.live_rows(spark.read.format("delta").load(plan.path))
+    return tombstones.resolve(records, keys, live, follow)
 
 
 def _resolve_toast(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:
@@ -132,7 +152,7 @@ def _resolve_toast(spark: SparkSession, plan: Plan, records: DataFrame) -> DataF
     `silver.toast.resolve_unchanged_toast`). Checked first, so a batch without placeholders (the
     usual case) costs one cheap scan and no read of silver."""
     columns = toast.toast_columns(records, plan.table.keys)
-    if not columns or not records.where(toast.carries_toast_placeholder(columns)).take(1):
+    if not columns or not records.where(toast.carries_toast_placeholder(records, columns)).take(1):
         return records
     target = spark.read.format("delta").load(plan.path)
     live = current.live_rows(target)

@@ -17,7 +17,9 @@ instead, by its declared type and encoding:
     timestamp  `iso`: an ISO-8601 string (with a zone or offset, else UTC);
                `epoch_s|epoch_ms|epoch_us|epoch_ns`: an integer in that unit (ISO strings
                are accepted too: a string with a date in it is never mistaken for a number)
-    string     the text as sent (a nested value as its JSON text)
+    string     the text as sent (a nested value as its JSON text); `time_ms|time_us|time_ns`:
+               a time of day (PostgreSQL `time`: Debezium's Time, MicroTime, NanoTime) from
+               an integer count since midnight, as `HH:MM:SS[.ffffff]` (ISO text is kept)
 
 Structs, arrays, maps and binary keep Spark's JSON reading (binary is base64, as Debezium sends
 bytea). A value that does not decode is NULL here and its column is named in `_lh_mistyped`;
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 TIMESTAMP_ENCODINGS = ("iso", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns")
 DATE_ENCODINGS = ("iso", "epoch_days")
 DECIMAL_ENCODINGS = ("text", "base64")
+STRING_ENCODINGS = ("text", "time_ms", "time_us", "time_ns")
 
 _INTEGER = r"^[+-]?\d+$"
 _PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)$"
@@ -78,6 +81,7 @@ def allowed(kind: str | None) -> tuple[str, ...]:
         "timestamp": TIMESTAMP_ENCODINGS,
         "date": DATE_ENCODINGS,
         "decimal": DECIMAL_ENCODINGS,
+        "string": STRING_ENCODINGS,
     }.get(kind or "", ())
 
 
@@ -108,7 +112,7 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
     kind = kind_of(data_type)
     t = F.trim(text)
     if kind == "string":
-        return text
+        return _time_of_day(t, encoding) if encoding.startswith("time_") else text
     if kind == "boolean":
         low = F.lower(t)
         return F.when(low.isin("true", "false"), low == "true")
@@ -212,6 +216,31 @@ def _timestamp(t: Column, encoding: str) -> Column:
         "epoch_ns": F.timestamp_micros(F.floor(whole.cast("decimal(20,0)") / 1000).cast("long")),
     }[encoding]
     return F.coalesce(iso, epoch)
+
+
+def _time_of_day(t: Column, encoding: str) -> Column:
+    """A count since midnight in the encoding's unit -> `HH:MM:SS`, with `.ffffff` when the
+    time has a fraction (Python's `time.isoformat()`); null outside [00:00, 24:00] or when a
+    nanosecond count has a part below a microsecond (PostgreSQL keeps microseconds)."""
+    from pyspark.sql import functions as F
+
+    whole = F.when(t.rlike(_INTEGER), t.try_cast("long"))
+    micros = {
+        "time_ms": F.try_multiply(whole, F.lit(1000)),
+        "time_us": whole,
+        "time_ns": F.when(whole % 1000 == 0, F.floor(whole / 1000)),
+    }[encoding].cast("long")
+    seconds, fraction = F.floor(micros / 1_000_000).cast("long"), micros % 1_000_000
+    text = F.concat(
+        F.format_string(
+            "%02d:%02d:%02d", F.floor(seconds / 3600), F.floor(seconds / 60) % 60, seconds % 60
+        ),
+        F.when(
+            fraction != 0, F.concat(F.lit("."), F.lpad(fraction.cast("string"), 6, "0"))
+        ).otherwise(F.lit("")),
+    )
+    iso = F.when(t.rlike(r"^\d{2}:\d{2}:\d{2}(\.\d{1,6})?$"), t)
+    return F.coalesce(iso, F.when(micros.between(0, 86_400_000_000), text))
 
 
 def decoded_columns(

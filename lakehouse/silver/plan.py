@@ -56,6 +56,7 @@ class Plan:
     # 0 again, so the transaction id must name the checkpoint too, or Delta would skip every
     # batch of the new stream as already committed (empty for replays, which have none).
     stream_id: str = ""
+    bronze_path: str = ""  # the source's bronze table
 
     @property
     def app_id(self) -> str:
@@ -123,6 +124,7 @@ def prepare(
         expectations,
         metrics_path,
         quarantine_path,
+        bronze_path=tables.table_path(settings, settings.bronze_table(table.source)),
     )
 
 

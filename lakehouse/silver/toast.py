@@ -1,6 +1,12 @@
 """Debezium's unchanged-TOAST placeholder: PostgreSQL does not log a large (TOASTed) value that
-an UPDATE left unchanged, so Debezium sends `__debezium_unavailable_value` in its place. Silver
-takes the key's previous value instead (earlier in the batch, else silver's live row)."""
+an UPDATE left unchanged, so Debezium sends a placeholder in its place, shaped by the column's
+type: `__debezium_unavailable_value` for text, varchar and json(b); its bytes (base64) for
+bytea; a one-element array of it for text[]; its byte codes for integer arrays. Silver takes
+the key's previous value instead: earlier in the batch, else silver's live row. A primary-key
+update reaches Kafka as a delete of the old key plus a create of the new one at the same
+position, the create carrying placeholders: those take the old key's value. A placeholder with
+no value to take (its old key's history is in another batch) makes the change unusable; it is
+quarantined as `unresolved_toast: <columns>`, never stored."""
 
 from __future__ import annotations
 
@@ -8,78 +14,198 @@ from collections.abc import Sequence
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from lakehouse.silver.changes import OP, SEQ, UPSERT_OPS
-from lakehouse.silver.transform import RESCUED, TRANSIENT
+from lakehouse.core.current import TARGET_SEQ
+from lakehouse.silver.changes import DELETE, OP, SEQ, UPSERT_OPS
+from lakehouse.silver.transform import ERROR, OFFSET, PARTITION, RESCUED, TOPIC, TRANSIENT
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
 TOAST_PLACEHOLDER = "__debezium_unavailable_value"  # Debezium: unchanged TOASTed value
+_BASE, _LOOKUP, _OLD = "_lh_base", "_lh_lookup", "_lh_old_key"
+
+
+def placeholder(dtype: DataType) -> Column | None:
+    """The placeholder as a value of `dtype`, or None when Debezium sends none for it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, BinaryType, IntegralType, StringType
+
+    if isinstance(dtype, StringType):
+        return F.lit(TOAST_PLACEHOLDER)
+    if isinstance(dtype, BinaryType):
+        return F.lit(bytearray(TOAST_PLACEHOLDER.encode()))
+    if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, StringType):
+        return F.array(F.lit(TOAST_PLACEHOLDER))
+    if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, IntegralType):
+        codes = [F.lit(b).cast(dtype.elementType) for b in TOAST_PLACEHOLDER.encode()]
+        return F.array(*codes)
+    return None
 
 
 def toast_columns(changes: DataFrame, keys: Sequence[str]) -> list[str]:
-    """The row's string columns that are not keys: where Debezium may send its unchanged-TOAST
-    placeholder (PostgreSQL text, varchar and json(b) arrive as strings)."""
-    from pyspark.sql.types import StringType
-
+    """The row's non-key columns where Debezium may send its placeholder."""
     return [
         f.name
         for f in changes.schema.fields
-        if isinstance(f.dataType, StringType)
+        if placeholder(f.dataType) is not None
         and f.name not in (*TRANSIENT, *keys, RESCUED, OP)
         and not f.name.startswith("__")
     ]
 
 
-def carries_toast_placeholder(columns: Sequence[str]) -> Column:
+def _is_placeholder(changes: DataFrame, name: str) -> Column:
     from pyspark.sql import functions as F
 
-    return reduce(
-        lambda a, b: a | b,
-        [F.col(f"`{c}`").eqNullSafe(F.lit(TOAST_PLACEHOLDER)) for c in columns],
-        F.lit(False),
+    value = placeholder(changes.schema[name].dataType)
+    assert value is not None, f"{name}: no placeholder for its type"
+    return F.col(f"`{name}`").eqNullSafe(value)
+
+
+def carries_toast_placeholder(changes: DataFrame, columns: Sequence[str]) -> Column:
+    from pyspark.sql import functions as F
+
+    return reduce(lambda a, b: a | b, [_is_placeholder(changes, c) for c in columns], F.lit(False))
+
+
+def with_old_keys(changes: DataFrame, keys: Sequence[str], columns: Sequence[str]) -> DataFrame:
+    """`_lh_old_key`: for the create half of a primary-key update (an upsert at the position
+    of a delete of exactly one other key), that key; else null."""
+    from pyspark.sql import functions as F
+
+    key = F.struct(*[F.col(f"`{k}`") for k in keys])
+    deletes = (
+        changes.where((F.col(OP) == DELETE) & F.col(ERROR).isNull())
+        .groupBy(F.col(SEQ).alias("_lh_del_seq"))
+        .agg(F.count_distinct(key).alias("_lh_n"), F.first(key).alias("_lh_del_key"))
+        .where("_lh_n = 1")
     )
+    # Only the positions of upserts that carry a placeholder can matter.
+    wanted = changes.where(carries_toast_placeholder(changes, columns))
+    deletes = deletes.join(
+        wanted.select(F.col(SEQ).alias("_lh_del_seq")).distinct(), "_lh_del_seq", "left_semi"
+    )
+    joined = changes.join(deletes, F.col(SEQ) == F.col("_lh_del_seq"), "left")
+    old = F.when(
+        F.col(OP).isin(*UPSERT_OPS) & ~F.col("_lh_del_key").eqNullSafe(key), F.col("_lh_del_key")
+    )
+    return joined.select(*[F.col(f"`{c}`") for c in changes.columns], old.alias(_OLD))
 
 
 def resolve_unchanged_toast(
-    changes: DataFrame, current: DataFrame, keys: Sequence[str], columns: Sequence[str]
+    changes: DataFrame,
+    current: DataFrame,
+    keys: Sequence[str],
+    columns: Sequence[str],
+    rounds: int = 2,
 ) -> DataFrame:
-    """Replace Debezium's unchanged-TOAST placeholder in `columns` by the value the key had
-    just before the change: the latest earlier upsert of the batch (in `_seq` order) that
-    carried a real value, else the key's row in `current` (silver's live row). A placeholder
-    with nothing to resolve it from stays as it is (visible, never silently nulled)."""
+    """Replace the placeholder in `columns` by the value the key had just before the change:
+    the latest earlier upsert of the batch (in `_seq` order, not across a delete of the key)
+    that carried a real value, else the key's row in `current` (silver's live rows) when it is
+    older than the change; for the create of a primary-key update, the old key's value. Each
+    round lets a resolved value feed the next link of a chain of key updates. A placeholder
+    left sets `_lh_error` (quarantine)."""
+    from pyspark.sql import functions as F
+
+    changes = with_old_keys(changes, keys, columns)
+    own = F.struct(*[F.col(f"`{k}`") for k in keys])
+    changes = changes.withColumn(_LOOKUP, F.coalesce(F.col(_OLD), own))
+    wanted = changes.select(F.col(_LOOKUP)).union(changes.select(own.alias(_LOOKUP)))
+    base = (
+        current.select(
+            own.alias(_LOOKUP),
+            *[F.col(f"`{c}`") for c in columns],
+            F.col(TARGET_SEQ).alias(SEQ),
+        )
+        .join(wanted.distinct(), _LOOKUP, "left_semi")
+        .withColumn(OP, F.lit("u"))
+    )
+    for _ in range(rounds):
+        changes = _fill(changes, base, keys, columns)
+    left = [F.when(_is_placeholder(changes, c), F.lit(c)) for c in columns]
+    unresolved = F.array_compact(F.array(*left))
+    error = F.coalesce(
+        F.col(ERROR),
+        F.when(
+            F.size(unresolved) > 0,
+            F.concat(F.lit("unresolved_toast: "), F.array_join(unresolved, ", ")),
+        ),
+    )
+    return changes.withColumn(ERROR, error).select(
+        *[F.col(f"`{c}`") for c in changes.columns if c not in (_OLD, _LOOKUP)]
+    )
+
+
+def _fill(
+    changes: DataFrame, base: DataFrame, keys: Sequence[str], columns: Sequence[str]
+) -> DataFrame:
+    """One round. Every usable change (and silver's row, at its position) provides its values
+    under its own key; every change with a placeholder asks under `_lh_lookup` (its own key,
+    or the old key of a key update). A placeholder takes the last real value provided before
+    it in `_seq` order since the key's last delete; at one position, asking comes before a
+    delete (a key update's create asks the old key its value at the delete)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    base_flag, keyed = "_lh_base", [F.col(f"`{k}`") for k in keys]
-    batch_keys = changes.select(*keyed).distinct()
-    base = (
-        current.join(batch_keys, list(keys), "left_semi")
-        .select(*keyed, *[F.col(f"`{c}`") for c in columns])
-        .withColumn(base_flag, F.lit(True))
+    own = F.struct(*[F.col(f"`{k}`") for k in keys])
+    usable = F.col(ERROR).isNull() & F.col(OP).isin(*UPSERT_OPS, DELETE)
+    asking = carries_toast_placeholder(changes, columns)
+    providers = (
+        changes.where(usable)
+        .select(own.alias("_lh_part"), SEQ, OP, *[F.col(f"`{c}`") for c in columns])
+        .withColumn("_lh_role", F.lit(1))
+        .unionByName(
+            base.select(
+                F.col(_LOOKUP).alias("_lh_part"), SEQ, OP, *[F.col(f"`{c}`") for c in columns]
+            ).withColumn("_lh_role", F.lit(1))
+        )
     )
-    both = changes.withColumn(base_flag, F.lit(False)).unionByName(base, allowMissingColumns=True)
+    # A change is one bronze record: its lineage names it.
+    ids = changes.withColumn("_lh_id", F.struct(TOPIC, PARTITION, OFFSET))
+    askers = ids.where(asking).select(
+        F.col(_LOOKUP).alias("_lh_part"),
+        SEQ,
+        F.lit("?").alias(OP),
+        *[F.col(f"`{c}`") for c in columns],
+        F.lit(0).alias("_lh_role"),
+        "_lh_id",
+    )
+    both = askers.unionByName(providers, allowMissingColumns=True)
+    is_delete = (F.col("_lh_role") == 1) & (F.col(OP) == DELETE)
+    order = [F.col(SEQ).asc_nulls_last(), is_delete.cast("int").asc(), F.col("_lh_role").asc()]
+    running = Window.partitionBy("_lh_part").orderBy(*order)
+    segmented = both.withColumn(
+        "_lh_segment",
+        F.sum(is_delete.cast("int")).over(
+            running.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        ),
+    )
     earlier = (
-        Window.partitionBy(*keyed)
-        .orderBy(F.col(base_flag).desc(), F.col(SEQ).asc_nulls_last())
+        Window.partitionBy("_lh_part", "_lh_segment")
+        .orderBy(*order)
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    is_value = F.col(base_flag) | F.col(OP).isin(*UPSERT_OPS)
-    resolved = []
+    giving = (F.col("_lh_role") == 1) & F.col(OP).isin(*UPSERT_OPS)
+    filled = []
     for name in columns:
         column = F.col(f"`{name}`")
-        placeholder = column.eqNullSafe(F.lit(TOAST_PLACEHOLDER))
-        known = F.last(
-            F.when(is_value & ~placeholder, F.struct(column.alias("v"))), ignorenulls=True
-        ).over(earlier)
-        resolved.append(
-            F.when(placeholder & known.isNotNull(), known.getField("v"))
-            .otherwise(column)
-            .alias(name)
-        )
-    others = [F.col(f"`{c}`") for c in changes.columns if c not in columns]
-    return (
-        both.select(*others, *resolved, F.col(base_flag))
-        .where(~F.col(base_flag))
-        .select(*[F.col(f"`{c}`") for c in changes.columns])
+        real = giving & ~_is_placeholder(changes, name)
+        known = F.last(F.when(real, F.struct(column.alias("v"))), ignorenulls=True).over(earlier)
+        filled.append(F.when(_is_placeholder(changes, name), known).alias(f"_lh_fill_{name}"))
+    # The windows see every row; only the askers' answers go back to their changes.
+    answers = (
+        segmented.select("_lh_role", "_lh_id", *filled)
+        .where(F.col("_lh_role") == 0)
+        .drop("_lh_role")
+    )
+    merged = ids.join(answers, "_lh_id", "left")
+    return merged.select(
+        *[
+            F.when(F.col(f"_lh_fill_{c}").isNotNull(), F.col(f"_lh_fill_{c}.v"))
+            .otherwise(F.col(f"`{c}`"))
+            .alias(c)
+            if c in columns
+            else F.col(f"`{c}`")
+            for c in changes.columns
+        ]
     )

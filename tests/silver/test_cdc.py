@@ -147,3 +147,94 @@ def test_a_tombstone_deletes_the_row_it_follows_and_nothing_else(
     assert [tuple(r) for r in current(spark, settings, name).select("id", "name").collect()] == [
         (3, "c2")
     ]
+
+
+def test_a_toast_placeholder_with_no_value_to_take_is_quarantined_not_stored(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    name, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
+    unavailable = "__debezium_unavailable_value"
+    send(
+        settings,
+        topic,
+        [
+            change("c", 100, after={"id": 1, "name": "ada"}),
+            change("u", 110, after={"id": 1, "name": unavailable}),  # takes "ada"
+            change("u", 120, after={"id": 2, "name": unavailable}),  # key 2 never seen
+        ],
+    )
+    run_ingest(spark, settings, source, kind="cdc")
+    result = run_refine(spark, settings, name)
+    assert (result.rows_written, result.rows_quarantined) == (2, 1)
+    assert [tuple(r) for r in current(spark, settings, name).select("id", "name").collect()] == [
+        (1, "ada")
+    ]
+    rejected = quarantine(spark, settings, name).select("offset", "parse_error")
+    assert [tuple(r) for r in rejected.collect()] == [(2, "unresolved_toast: name")]
+
+
+def test_a_resent_tombstone_does_not_delete_the_row_inserted_after_it(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Debezium re-sends after a restart: `d`, tombstone, `c` again. In one batch the re-sent
+    tombstone follows the re-sent delete; cut from it by a batch, bronze tells."""
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    name, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
+    key = b'{"id": 1}'
+    sent = [
+        change("c", 100, after={"id": 1, "name": "a"}),
+        change("d", 150, before={"id": 1}),
+        None,
+        change("c", 200, after={"id": 1, "name": "b"}),
+    ]
+    for batch in ([*sent, sent[1]], [None, sent[3], *sent]):  # resent from the delete on
+        kafka.produce(settings.kafka, topic, [(key, v, 0) for v in batch])
+        run_ingest(spark, settings, source, kind="cdc")
+        run_refine(spark, settings, name)
+        rows = silver_table(spark, settings, name).collect()
+        assert [(r["id"], r["name"], r["__seq"], r["__deleted"]) for r in rows] == [
+            (1, "b", 200, False)
+        ]
+
+
+def test_keys_swapped_through_a_temporary_key_keep_their_own_toasted_values(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """UPDATE id 1 -> 9, 2 -> 1, 9 -> 2 in one transaction: each is a delete of the old key
+    and a create of the new one at one position, the create carrying the placeholder."""
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    name, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
+    unavailable = "__debezium_unavailable_value"
+    send(
+        settings,
+        topic,
+        [
+            change("c", 100, after={"id": 1, "name": "v1"}),
+            change("c", 110, after={"id": 2, "name": "v2"}),
+        ],
+    )
+    run_ingest(spark, settings, source, kind="cdc")
+    run_refine(spark, settings, name)
+    moves = [(1, 9, 200), (2, 1, 300), (9, 2, 400)]
+    send(
+        settings,
+        topic,
+        [
+            record
+            for old, new, at in moves
+            for record in (
+                change("d", at, before={"id": old}),
+                change("c", at, after={"id": new, "name": unavailable}),
+            )
+        ],
+    )
+    run_ingest(spark, settings, source, kind="cdc")
+    result = run_refine(spark, settings, name)
+    assert result.rows_quarantined == 0
+    assert sorted(
+        tuple(r) for r in current(spark, settings, name).select("id", "name").collect()
+    ) == [
+        (1, "v2"),
+        (2, "v1"),
+    ]

@@ -22,35 +22,39 @@ from tests.silver.helpers import current, debezium_table, quarantine, run_refine
 COLUMNS = (
     "id int PRIMARY KEY, small int2, big int8, amount numeric(12,2), ratio numeric, r real, "
     "d double precision, flag bool, name varchar(20), body text, raw bytea, day date, "
-    "at timestamp, at_tz timestamptz, uid uuid, doc jsonb, tags text[], nums int[], mood {mood}"
+    "at timestamp, at_tz timestamptz, uid uuid, doc jsonb, tags text[], nums int[], mood {mood}, "
+    "clock time, clock_ms time(3)"
 )
 SCHEMA = (
     "id INT, small SMALLINT, big BIGINT, amount DECIMAL(12,2), ratio DECIMAL(30,10), r FLOAT, "
     "d DOUBLE, flag BOOLEAN, name STRING, body STRING, raw BINARY, day DATE, at TIMESTAMP, "
-    "at_tz TIMESTAMP, uid STRING, doc STRING, tags ARRAY<STRING>, nums ARRAY<INT>, mood STRING"
+    "at_tz TIMESTAMP, uid STRING, doc STRING, tags ARRAY<STRING>, nums ARRAY<INT>, mood STRING, "
+    "clock STRING, clock_ms STRING"
 )
 SELECT = (
     "id, small, big, amount, ratio, r, d, flag, name, body, raw, day, at, at_tz, uid::text, "
-    "doc::text, tags, nums, mood::text"
+    "doc::text, tags, nums, mood::text, clock, clock_ms"
 )
 ROWS = [
     "(1, 7, 9007199254740993, 1234.50, 3.1415926535, 1.5, 2.25, true, 'ø-name', 'body', "
     "'\\x00ff10'::bytea, '2024-01-05', '2024-01-05 10:00:00.123456', "
     "'2024-01-05 10:00:00.5+02', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', "
-    "'{\"k\": [1, 2]}', ARRAY['x', 'y z'], ARRAY[1, -2], 'happy')",
+    "'{\"k\": [1, 2]}', ARRAY['x', 'y z'], ARRAY[1, -2], 'happy', '10:00:00.123456', "
+    "'23:59:59.999')",
     "(2, -32768, -1, -0.01, -12345678901234567890.0123456789, -0.25, -1e300, false, '', '', "
     "''::bytea, '1969-12-31', '1900-01-01 00:00:00', '1970-01-01 00:00:00+00', "
-    "'00000000-0000-0000-0000-000000000000', '[]', ARRAY[]::text[], ARRAY[]::int[], 'sad')",
+    "'00000000-0000-0000-0000-000000000000', '[]', ARRAY[]::text[], ARRAY[]::int[], 'sad', "
+    "'00:00:00', '00:00:00')",
     "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-    "NULL, NULL, NULL, NULL)",
+    "NULL, NULL, NULL, NULL, NULL, NULL)",
     "(4, 1, 1, 9999999999.99, 0, 0, 0, true, 'v', 't', '\\x01'::bytea, '2262-04-11', "
     "'2038-01-19 03:14:08.000001', '2099-12-31 23:59:59.999999+00', "
     "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a12', 'null', ARRAY[NULL, 'n'], ARRAY[NULL, 3]::int[], "
-    "'happy')",
+    "'happy', '12:30:00.5', '12:30:00.5')",
 ]
 CHANGES = [
     "UPDATE {t} SET amount = -9999999999.99, ratio = 0.0000000001, at = '2000-02-29 12:34:56.789',"
-    " day = '2000-02-29' WHERE id = 1",
+    " day = '2000-02-29', clock = '23:59:59.999999' WHERE id = 1",
     "UPDATE {t} SET small = NULL, amount = 0.10 WHERE id = 2",
     "DELETE FROM {t} WHERE id = 4",
 ]
@@ -73,6 +77,7 @@ def postgres_rows(spark: SparkSession, settings: Settings, table: str) -> DataFr
         at_tz = out[13]
         out[13] = at_tz.astimezone(UTC).replace(tzinfo=None) if at_tz else None
         out[10] = bytes(out[10]) if out[10] is not None else None
+        out[19:21] = [t.isoformat() if t is not None else None for t in out[19:21]]
         return tuple(out)
 
     return spark.createDataFrame([plain(r) for r in rows], SCHEMA)
@@ -89,8 +94,14 @@ def test_every_common_postgres_type_reaches_silver_value_for_value(
     ]
     with debezium_table(kafka_up, ddl, schemas_enable, drop=[f"DROP TYPE IF EXISTS {mood}"]) as pg:
         table, topic, source, settings = pg.table, pg.topic, pg.source, pg.settings
-        scd1, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
-        scd2, settings = with_silver(settings, source, mode="scd2", schema=SCHEMA, keys=("id",))
+        # PostgreSQL `time`: adaptive mode sends time(6) as MicroTime, time(3) as Time (ms).
+        clocks = {"clock": "time_us", "clock_ms": "time_ms"}
+        scd1, settings = with_silver(
+            settings, source, mode="scd1", schema=SCHEMA, keys=("id",), encodings=clocks
+        )
+        scd2, settings = with_silver(
+            settings, source, mode="scd2", schema=SCHEMA, keys=("id",), encodings=clocks
+        )
         # The same topic read as if the connector used decimal.handling.mode=string.
         wrong, _, settings = new_source(settings, kind="cdc", decimal_handling_mode="string")
         settings = replace(
