@@ -23,7 +23,7 @@ from lakehouse.core.kafka import spark_options
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.spark import runtime_conf
 from lakehouse.core.specs import SourceSettings
-from lakehouse.core.streaming import await_query, check_trigger, progress_reports, with_trigger
+from lakehouse.core.streaming import await_query, check_trigger, with_trigger
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -174,6 +174,7 @@ def _run(
 
     stream = _read_kafka(spark, settings, source, start, starting)
     rows = bronze.kafka_to_bronze(stream, options.source, kind, source.max_value_bytes)
+    before = tables.latest_version(spark, path)
     # The query runs on a copy of the session taken at start(), so the settings stay with it.
     with runtime_conf(spark, WRITE_CONF):
         query = _write_bronze(rows, path, checkpoint, options, source)
@@ -185,11 +186,10 @@ def _run(
             raise
         raise lost from exc
     finally:
-        # Spark keeps the last 100 progress reports: exact for available-now, recent for
-        # continuous.
-        progress = progress_reports(query)
-        result.batches += len(progress)
-        result.rows += sum(int(p["numInputRows"]) for p in progress)
+        # Counted from the query's commits: Spark keeps only its last 100 progress reports.
+        written = tables.query_commits(spark, path, str(query.id), before)
+        result.batches += len(written)
+        result.rows += sum(written)
 
 
 def _default_start(spark: SparkSession, path: str, name: str) -> StartFrom:

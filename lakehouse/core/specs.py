@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SOURCE_KINDS = ("events", "cdc")
+# What a record's value is: one JSON event; Feldera's insert_delete changes
+# (`{"insert": row}` / `{"delete": row}`, or an array of them); a Debezium change (CDC).
+FORMATS = {"events": ("json", "insert_delete"), "cdc": ("debezium",)}
 # Debezium's modes and the encodings a silver column may declare (`lakehouse.silver.decode`).
 DECIMAL_HANDLING_MODES = ("precise", "string", "double")
 TIME_PRECISION_MODES = ("adaptive", "adaptive_time_microseconds", "connect")
@@ -41,10 +44,17 @@ class SourceSettings:
     # defaults here too): how numeric, timestamp and date values are encoded on the topic.
     decimal_handling_mode: str = "precise"
     time_precision_mode: str = "adaptive"
+    # The records' format (FORMATS; empty: json for events, debezium for cdc).
+    format: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in SOURCE_KINDS:
             raise ValueError(f"'kind' must be one of {', '.join(SOURCE_KINDS)}, got {self.kind!r}")
+        if self.format and self.format not in FORMATS[self.kind]:
+            raise ValueError(
+                f"'format' must be one of {', '.join(FORMATS[self.kind])} for a {self.kind} "
+                f"source, got {self.format!r}"
+            )
         for key, value, allowed in (
             ("decimal_handling_mode", self.decimal_handling_mode, DECIMAL_HANDLING_MODES),
             ("time_precision_mode", self.time_precision_mode, TIME_PRECISION_MODES),
@@ -56,10 +66,21 @@ class SourceSettings:
                 )
         if bool(self.topics) == bool(self.topic_pattern):
             raise ValueError("set exactly one of 'topics' (a list) or 'topic_pattern' (a regex)")
+        if self.format == "insert_delete" and len(self.topics) != 1:
+            raise ValueError(
+                "format insert_delete orders changes by their Kafka offsets: read exactly one "
+                "topic (of one partition), not several or a 'topic_pattern'"
+            )
         if self.max_offsets_per_trigger < 0:
             raise ValueError("'max_offsets_per_trigger' must be >= 0 (0 means unbounded)")
         if self.bronze_table and not re.fullmatch(r"[a-z][a-z0-9_]*", self.bronze_table):
             raise ValueError("'bronze_table' must be lower_snake_case")
+
+    @property
+    def records(self) -> str:
+        """How silver reads the records: `events`, `cdc` (Debezium changes) or `changes`
+        (insert_delete changes, ordered by their Kafka position)."""
+        return "changes" if self.format == "insert_delete" else self.kind
 
 
 SNAKE = re.compile(r"[a-z][a-z0-9_]*")

@@ -3,7 +3,6 @@ SIGTERM."""
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
@@ -100,12 +99,3 @@ def repeat(run: Callable[[], object], trigger: str, interval_s: float) -> None:
             return
         while not stop.wait(interval_s):
             run()
-
-
-def progress_reports(query: StreamingQuery) -> list[dict[str, Any]]:
-    """The query's recent progress reports (Spark keeps the last 100) as plain dicts.
-
-    One py4j call per report: PySpark's `recentProgress` reads every field of every report
-    with a call of its own, ~0.1 s per job run for a 4-batch query (bench/README.md)."""
-    jquery: Any = query._jsq  # py4j handle; PySpark has no public JSON accessor
-    return [json.loads(report.json()) for report in jquery.recentProgress()]

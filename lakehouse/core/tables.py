@@ -171,6 +171,17 @@ def commit_info(spark: SparkSession, path: str, version: int) -> dict[str, Any] 
     return None
 
 
+def query_commits(spark: SparkSession, path: str, query_id: str, after: int) -> list[int]:
+    """The rows each commit of streaming query `query_id` wrote after version `after`, from
+    the commits themselves (Spark keeps only a query's last 100 progress reports)."""
+    written = []
+    for version in range(after + 1, latest_version(spark, path) + 1):
+        info = commit_info(spark, path, version) or {}
+        if (info.get("operationParameters") or {}).get("queryId") == query_id:
+            written.append(int((info.get("operationMetrics") or {}).get("numOutputRows", 0)))
+    return written
+
+
 def user_metadata_conf(metadata: str) -> dict[str, str]:
     """The session setting that attaches `metadata` to every commit made while it is set
     (writes and DML alike), for `runtime_conf`."""

@@ -75,7 +75,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             actions,
             stats,
             stats.undecoded,
-            "quarantine" if plan.kind == "cdc" else "rescue",
+            "rescue" if plan.kind == "events" else "quarantine",
         )
         tables.append_once(metrics, plan.metrics_path, plan.app_id, batch_id)
     finally:
@@ -120,7 +120,9 @@ def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> 
     if not records.where(F.col(silver.TOMBSTONE_ROW)).take(1):
         return records
     keys = plan.table.keys
-    records = tombstones.with_batch_prior(records, keys)
+    # Parsed once and cut from its plan: the windows and joins below read it several times,
+    # and on the parse's wide expressions Spark's optimizer ran out of memory.
+    records = tombstones.with_batch_prior(records.localCheckpoint(), keys).localCheckpoint()
     first = records.where(tombstones.unresolved(records)).select(
         silver.TOPIC, silver.PARTITION, silver.OFFSET, silver.RAW_KEY
     )
@@ -129,7 +131,7 @@ def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> 
     )
     bounds = ranges.collect()
     if not bounds:
-        return tombstones.resolve(records, keys)
+        return tombstones.resolve(records, keys).localCheckpoint()
     near = F.lit(False)  # the records just before them: by offset, so Delta skips files
     for topic, partition, lo, hi in bounds:
         near = near | (
@@ -144,7 +146,7 @@ def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> 
     )
     follow = tombstones.after_deletes(first, bronze)
     live = current.live_rows(spark.read.format("delta").load(plan.path))
-    return tombstones.resolve(records, keys, live, follow)
+    return tombstones.resolve(records, keys, live, follow).localCheckpoint()
 
 
 def _resolve_toast(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:
@@ -156,7 +158,10 @@ def _resolve_toast(spark: SparkSession, plan: Plan, records: DataFrame) -> DataF
         return records
     target = spark.read.format("delta").load(plan.path)
     live = current.live_rows(target)
-    return toast.resolve_unchanged_toast(records, live, plan.table.keys, columns)
+    resolved = toast.resolve_unchanged_toast(
+        records.localCheckpoint(), live, plan.table.keys, columns
+    )
+    return resolved.localCheckpoint()  # a flat plan for the rules, stats and MERGE after
 
 
 def batch_stats(

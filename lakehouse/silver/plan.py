@@ -20,6 +20,7 @@ from lakehouse.quality.quarantine import quarantine_schema
 from lakehouse.silver import decode, scd1, scd2
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import OP, SEQ, TS
+from lakehouse.silver.insert_delete import insert_delete_changes
 from lakehouse.silver.transform import ParsedSchema
 
 if TYPE_CHECKING:
@@ -68,10 +69,16 @@ def silver_path(settings: Settings, name: str) -> str:
 
 
 def check_mode(name: str, table: SilverTableSettings, kind: str) -> None:
+    """`kind`: how the source's records read (`SourceSettings.records`)."""
     if kind == "cdc" and table.mode not in ("scd1", "scd2"):
         raise SettingsError(
             f"silver.{name}.mode {table.mode!r}: source {table.source!r} is a CDC source; "
             "use mode scd1 or scd2"
+        )
+    if kind == "changes" and table.mode not in ("scd1", "scd2"):
+        raise SettingsError(
+            f"silver.{name}.mode {table.mode!r}: source {table.source!r} sends insert_delete "
+            "changes; use mode scd1 or scd2"
         )
     if kind == "events" and table.mode in ("scd1", "scd2"):
         raise SettingsError(
@@ -94,7 +101,7 @@ def prepare(
         raise SettingsError(f"silver.{name}.schema: not valid Spark DDL: {exc}") from None
     expectations = [silver.PARSABLE, *from_settings(table.expectations)]
     records = transform(
-        spark.createDataFrame([], bronze.bronze_schema(kind)), table, kind, declared
+        spark.createDataFrame([], bronze.bronze_schema(bronze_kind(kind))), table, kind, declared
     )
     _check_columns(name, table, records)
     _check_rules(name, expectations, records)
@@ -181,11 +188,19 @@ def _encodings(
         raise SettingsError(f"silver.{name}.encodings: {exc}") from None
 
 
+def bronze_kind(kind: str) -> str:
+    """The bronze table a source of records `kind` lands in (insert_delete: events)."""
+    return "cdc" if kind == "cdc" else "events"
+
+
 def transform(
     bronze_rows: DataFrame, table: SilverTableSettings, kind: str, schema: ParsedSchema
 ) -> DataFrame:
+    """`kind`: how the source's records read (`SourceSettings.records`)."""
     if kind == "cdc":
         return silver.cdc_changes(bronze_rows, table, schema)
+    if kind == "changes":
+        return insert_delete_changes(bronze_rows, table, schema)
     return silver.event_records(bronze_rows, table, schema)
 
 

@@ -93,7 +93,7 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
     check_trigger(options.trigger)
     table = settings.silver_table(options.table)
     source = settings.source(table.source)
-    check_mode(options.table, table, source.kind)
+    check_mode(options.table, table, source.records)
     source_path = bronze_path(settings, table.source)
     if not tables.exists(spark, source_path):
         job = "ingest_cdc" if source.kind == "cdc" else "ingest_events"
@@ -106,7 +106,7 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
         full_refresh(spark, settings, options.table)
     checkpoint = checkpoint_path(settings, options.table)
     fresh = not offsets.checkpoint_exists(spark, checkpoint)
-    plan = prepare(spark, settings, options.table, table, source.kind, path)
+    plan = prepare(spark, settings, options.table, table, source.records, path)
     if fresh and table.mode == "append" and not _is_empty(spark, path):
         raise UsageError(
             f"silver.{options.table} has rows but its checkpoint {checkpoint} is gone: a new "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from lakehouse.core import system, tables
@@ -19,16 +20,18 @@ from lakehouse.core.current import is_bookkeeping
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.quality.expectations import check_fail_rules, failed_names, kept
 from lakehouse.quality.quarantine import QUARANTINED, replay_status
+from lakehouse.silver import toast
 from lakehouse.silver import transform as silver
 from lakehouse.silver.batch import batch_stats, write_silver
 from lakehouse.silver.changes import OP, SEQ, TS, UPSERT_OPS
 from lakehouse.silver.plan import JOB, Plan, prepare, silver_path
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 _ID = "_lh_id"  # the quarantined row's id, carried through the re-check
+_PARSE_ERROR = "_lh_parse_error"  # the reason it was quarantined, carried through the fixes
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ def replay_quarantine(
     pass go to silver through the same apply as refine_silver, those a drop rule rejects are
     marked dropped, the rest stay quarantined with their new failed rules and fixed record."""
     table = settings.silver_table(name)
-    kind = settings.source(table.source).kind
+    kind = settings.source(table.source).records
     path = silver_path(settings, name)
     if not tables.exists(spark, path):
         raise SettingsError(f"silver.{name} does not exist yet; run refine_silver --table {name}")
@@ -60,7 +63,7 @@ def replay_quarantine(
     n, version = _pin(spark, settings, plan, fixes, where)
     row = _row_schema(spark, path)
     pending = _as_records(_pending(spark, plan, version, where), row, kind)
-    records = _apply_fixes(pending, fixes, row, name)
+    records = _blocked(_apply_fixes(pending, fixes, row, name), row)
     evaluated = silver.evaluate_rules(records, plan.expectations).persist()
     try:
         stats = batch_stats(evaluated.drop(_ID), plan.expectations)
@@ -170,32 +173,51 @@ def _as_records(pending: DataFrame, row: StructType, kind: str) -> DataFrame:
         F.lit(None).cast("string").alias(silver.VALUE_ERROR),
         # A record that never parsed has nothing to replay until an operator writes one into
         # `record`: it keeps its parse error, so the `parsable` rule keeps it quarantined
-        # (else it would replay as a row of NULLs).
-        # Likewise a change with values that did not decode until each is written in.
+        # (else it would replay as a row of NULLs). A change without an op (or one that cannot
+        # be ordered) has nothing to apply. `_blocked` adds what a fix can repair.
         F.when(
             F.col("parse_error").isNotNull() & F.coalesce(F.col("record"), F.lit("{}")).isin("{}"),
             F.col("parse_error"),
         )
-        .when(_still_undecoded(), F.col("parse_error"))
+        .when(
+            F.lit(kind in ("cdc", "changes"))
+            & F.col("parse_error").isNotNull()
+            & (F.col("op").isNull() | F.col("parse_error").startswith("over_")),
+            F.col("parse_error"),
+        )
         .alias(silver.ERROR),
+        F.col("parse_error").alias(_PARSE_ERROR),
         F.array().cast("array<string>").alias(silver.UNKNOWN),
         F.array().cast("array<string>").alias(silver.MISTYPED),
         *[parsed[f.name].alias(f.name) for f in row.fields],
-        *(change if kind == "cdc" else []),
+        *(change if kind in ("cdc", "changes") else []),
     )
-    checked = F.col(OP).isin(*UPSERT_OPS) if kind == "cdc" else F.lit(True)
+    checked = F.col(OP).isin(*UPSERT_OPS) if kind in ("cdc", "changes") else F.lit(True)
     return records.withColumn(silver.CHECKED, checked)
 
 
-def _still_undecoded() -> Column:
-    """The row was quarantined as `undecodable: a, b` and its record still lacks a or b."""
+def _blocked(records: DataFrame, row: StructType) -> DataFrame:
+    """After the fixes: a change quarantined as `undecodable: a, b` stays quarantined while a
+    listed column is still NULL, one quarantined for an unchanged-TOAST placeholder while a
+    column still holds the placeholder (until an operator writes the real values in)."""
     from pyspark.sql import functions as F
 
-    listed = F.split(F.regexp_extract(F.col("parse_error"), r"^undecodable: (.*)$", 1), ", ")
-    values = F.from_json(F.col("record"), "map<string,string>")
-    return F.col("parse_error").startswith("undecodable: ") & F.exists(
-        listed, lambda c: F.coalesce(values, F.create_map())[c].isNull()
+    error = F.col(_PARSE_ERROR)
+    listed = F.split(F.regexp_extract(error, r"^undecodable: (.*)$", 1), ", ")
+    missing = [F.array_contains(listed, f.name) & F.col(f"`{f.name}`").isNull() for f in row.fields]
+    placeholders = [
+        F.col(f"`{f.name}`").eqNullSafe(value)
+        for f in row.fields
+        if (value := toast.placeholder(f.dataType)) is not None
+    ]
+    still = (
+        error.startswith("undecodable: ") & reduce(lambda a, b: a | b, missing, F.lit(False))
+    ) | (
+        error.startswith("unresolved_toast")
+        & reduce(lambda a, b: a | b, placeholders, F.lit(False))
     )
+    blocked = F.coalesce(F.col(silver.ERROR), F.when(still, error))
+    return records.withColumn(silver.ERROR, blocked).drop(_PARSE_ERROR)
 
 
 def _apply_fixes(

@@ -92,7 +92,8 @@ def parse_schema(
     return ParsedSchema(struct, {**decode.default_encodings(struct, "events"), **(encodings or {})})
 
 
-def _lineage() -> list[Column]:
+def lineage() -> list[Column]:
+    """A bronze row's lineage and raw key/value as the transient `_lh_*` columns."""
     from pyspark.sql import functions as F
 
     return [
@@ -126,7 +127,7 @@ def parse_records(
     parsed = F.from_json(text, schema.struct)
     # The same text as a map keeps every field (nested values as their JSON text), so fields
     # the schema drops or fails to cast are still there to rescue: one more parse, no UDF.
-    raw = F.from_json(text, "map<string,string>")
+    raw = _exact_numbers(F.from_json(text, "map<string,string>"), text, schema)
     declared = F.array(*[F.lit(n) for n in schema.names])
     staged = df.select(
         "*", parsed.alias("_lh_parsed"), raw.alias("_lh_raw"), error.alias("_lh_error0")
@@ -153,6 +154,33 @@ def parse_records(
             F.col("_lh_error0"), F.when(raw_col.isNull(), F.lit("invalid_json")), undecodable
         ).alias(ERROR),
     )
+
+
+def _exact_numbers(raw: Column, text: Column, schema: ParsedSchema) -> Column:
+    """`raw` with the values of the decimal and timestamp columns taken from a VARIANT parse
+    of `text`: Spark's JSON map renders a JSON number with a fraction through a double, so
+    12345678901234567.89 would reach the decimal decoder as 1.2345678901234568E16 and be
+    stored rounded, and epoch seconds with microseconds could lose the last digit. A VARIANT
+    keeps the digits (up to 38). One more parse, only for tables with such columns."""
+    from pyspark.sql import functions as F
+
+    exact = [
+        f.name
+        for f in schema.struct.fields
+        if decode.kind_of(f.dataType) in ("decimal", "timestamp") and "'" not in f.name
+    ]
+    if not exact:
+        return raw
+    variant = F.try_parse_json(text)
+
+    def value(key: Column, current: Column) -> Column:
+        out = current
+        for name in exact:
+            digits = F.try_variant_get(variant, f"$['{name}']", "string")
+            out = F.when(key == name, F.coalesce(digits, current)).otherwise(out)
+        return out
+
+    return F.transform_values(raw, value)
 
 
 def explode_arrays(df: DataFrame, columns: Sequence[str]) -> DataFrame:
@@ -199,7 +227,7 @@ def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedS
     """Bronze event rows -> one row per record (exploded, flattened), with `_lh_*` columns."""
     from pyspark.sql import functions as F
 
-    staged = bronze.select(*_lineage())
+    staged = bronze.select(*lineage())
     error = F.col(VALUE_ERROR)  # bronze's verdict on the raw value, null when usable
     records = parse_records(staged, F.col(RAW_VALUE).cast("string"), schema, error)
     records = records.withColumn(CHECKED, F.col(ERROR).isNull())
@@ -240,7 +268,7 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
     )
     is_tombstone = F.col("value_error").eqNullSafe(TOMBSTONE)
     staged = bronze.select(
-        *_lineage(),
+        *lineage(),
         "cdc_key",
         is_tombstone.alias(TOMBSTONE_ROW),
         F.when(is_tombstone, F.lit(DELETE)).otherwise(F.col("cdc_op")).alias(OP),

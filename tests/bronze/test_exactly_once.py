@@ -104,6 +104,19 @@ def test_sigkill_mid_batch_loses_and_duplicates_nothing(
         ignore_row_order=True,
         ignore_nullable=True,
     )
+    # And each record whole: every event once, its key, value and partition as produced.
+    produced = spark.createDataFrame(
+        [(str(i), f'{{"n":{i}}}', i % 3) for i in range(len(delivered))],
+        "key string, value string, partition int",
+    )
+    assert_df_equality(
+        bronze(spark, settings, name).selectExpr(
+            "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition"
+        ),
+        produced,
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
 
 
 def test_sigterm_stops_continuous_cleanly(

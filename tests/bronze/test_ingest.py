@@ -95,6 +95,15 @@ def test_bad_input_lands_in_bronze_byte_for_byte(spark: SparkSession, kafka_up: 
     assert (result.rows, result.gaps) == (8, [])
 
 
+def test_the_run_summary_counts_every_batch_not_only_sparks_last_100_reports(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    name, topic, settings = new_source(kafka_up, max_offsets_per_trigger=2)
+    kafka.produce(settings.kafka, topic, [(None, b'{"n": 1}', 0)] * 211)
+    result = run_ingest(spark, settings, name)
+    assert (result.batches, result.rows) == (106, 211)
+
+
 @pytest.mark.pure
 def test_value_error_shape_check_and_source_quoting(spark: SparkSession) -> None:
     """The projection is SQL text: the shape check's edge cases, and a source name that

@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.core import kafka
 from lakehouse.core.settings import Settings
+from lakehouse.silver.replay import replay_quarantine
 from tests.bronze.helpers import new_source, run_ingest
 from tests.silver.helpers import current, quarantine, run_refine, silver_table, with_silver
 
@@ -172,6 +173,11 @@ def test_a_toast_placeholder_with_no_value_to_take_is_quarantined_not_stored(
     ]
     rejected = quarantine(spark, settings, name).select("offset", "parse_error")
     assert [tuple(r) for r in rejected.collect()] == [(2, "unresolved_toast: name")]
+    # A replay stores the change only once an operator wrote the real value in.
+    assert replay_quarantine(spark, settings, name).still_quarantined == 1
+    assert replay_quarantine(spark, settings, name, fixes=[("name", "'bo'")]).replayed == 1
+    names = current(spark, settings, name).select("id", "name").collect()
+    assert sorted(tuple(r) for r in names) == [(1, "ada"), (2, "bo")]
 
 
 def test_a_resent_tombstone_does_not_delete_the_row_inserted_after_it(

@@ -106,3 +106,29 @@ def test_numbers_as_strings_and_every_timestamp_encoding_decode_exactly_or_are_r
         (f"decode:{c}", "rescue", 2, 1)
         for c in ("qty", "amount", "price", "paid", "day", "at_iso", "at_s")
     }
+
+
+def test_json_numbers_keep_every_digit_a_double_would_lose(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Spark's JSON functions read 12345678901234567.89 through a double (…568E16): stored,
+    it would be off by 0.11. Epoch seconds with microseconds likewise lose the last digit."""
+    schema = "id BIGINT, big DECIMAL(20,2), at_s TIMESTAMP"
+    events: list[object] = [
+        b'{"id": 1, "big": 12345678901234567.89, "at_s": 1632463351.123457}',
+        b'{"id": 2, "big": 123456789012345678901.5, "at_s": 1632463351}',  # 21 digits: rescued
+    ]
+    _, _, name, settings = events_pipeline(
+        spark, kafka_up, events, mode="append", schema=schema, encodings={"at_s": "epoch_s"}
+    )
+    run_refine(spark, settings, name)
+    expected = spark.createDataFrame(
+        [
+            (1, Decimal("12345678901234567.89"), datetime(2021, 9, 24, 6, 2, 31, 123457), None),
+            (2, None, AT, '{"big":"123456789012345678901.5"}'),
+        ],
+        f"{schema}, _rescued_data STRING",
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
