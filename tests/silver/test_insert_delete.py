@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.core import kafka
 from lakehouse.core.settings import Settings, SettingsError
@@ -27,7 +27,7 @@ def row(i: int, name: str, amount: object) -> dict[str, object]:
     return {"id": i, "name": name, "amount": amount}
 
 
-def expected(spark: SparkSession, rows: list[Row]) -> object:
+def expected(spark: SparkSession, rows: list[Row]) -> DataFrame:
     return spark.createDataFrame(rows, SCHEMA)
 
 
