@@ -50,8 +50,12 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
     spark = batch.sparkSession
     records = transform(batch, plan.table, plan.kind, plan.schema)
     if plan.kind == "cdc":
-        records = _resolve_tombstones(spark, plan, records)
-        records = _resolve_toast(spark, plan, records)
+        columns = toast.toast_columns(records, plan.table.keys)
+        has_tombstones, has_placeholders = _carries(records, columns)
+        if has_tombstones:
+            records = _resolve_tombstones(spark, plan, records)
+        if has_placeholders:
+            records = _resolve_toast(spark, plan, records, columns)
     evaluated = silver.evaluate_rules(records, plan.expectations).persist()
     try:
         stats = batch_stats(evaluated, plan.expectations, plan.schema.names)
@@ -111,14 +115,24 @@ def _drift(
     return False
 
 
-def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:
-    """Tombstones as deletes (see `lakehouse.silver.tombstones`). Checked first, so a batch
-    without tombstones costs one cheap scan; bronze (the record before each) and silver are
-    read only for tombstones that are first of their key in the batch."""
+def _carries(records: DataFrame, toast_columns: Sequence[str]) -> tuple[bool, bool]:
+    """Whether the batch holds tombstones, and unchanged-TOAST placeholders: one scan answers
+    both, so a batch with neither (the usual case) reads nothing else."""
     from pyspark.sql import functions as F
 
-    if not records.where(F.col(silver.TOMBSTONE_ROW)).take(1):
-        return records
+    placeholders = toast.carries_toast_placeholder(records, toast_columns)
+    row = records.agg(
+        F.max(F.col(silver.TOMBSTONE_ROW).cast("int")), F.max(placeholders.cast("int"))
+    ).first()
+    assert row is not None  # an aggregation without grouping returns one row
+    return bool(row[0]), bool(row[1])
+
+
+def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:
+    """Tombstones as deletes (see `lakehouse.silver.tombstones`): bronze (the record before
+    each) and silver are read only for tombstones that are first of their key in the batch."""
+    from pyspark.sql import functions as F
+
     keys = plan.table.keys
     # Parsed once and cut from its plan: the windows and joins below read it several times,
     # and on the parse's wide expressions Spark's optimizer ran out of memory.
@@ -149,13 +163,11 @@ def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> 
     return tombstones.resolve(records, keys, live, follow).localCheckpoint()
 
 
-def _resolve_toast(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:
-    """Unchanged-TOAST placeholders take the key's previous value (see
-    `silver.toast.resolve_unchanged_toast`). Checked first, so a batch without placeholders (the
-    usual case) costs one cheap scan and no read of silver."""
-    columns = toast.toast_columns(records, plan.table.keys)
-    if not columns or not records.where(toast.carries_toast_placeholder(records, columns)).take(1):
-        return records
+def _resolve_toast(
+    spark: SparkSession, plan: Plan, records: DataFrame, columns: Sequence[str]
+) -> DataFrame:
+    """Unchanged-TOAST placeholders in `columns` take the key's previous value (see
+    `silver.toast.resolve_unchanged_toast`)."""
     target = spark.read.format("delta").load(plan.path)
     live = current.live_rows(target)
     resolved = toast.resolve_unchanged_toast(

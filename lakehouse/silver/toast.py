@@ -43,15 +43,6 @@ def placeholder(dtype: DataType) -> Column | None:
     return None
 
 
-def placeholder_texts() -> list[str]:
-    """The placeholder's shapes as they appear in a record's JSON (quarantine's `record`):
-    the text, its bytes as base64, its byte codes as an array."""
-    import base64
-
-    raw = TOAST_PLACEHOLDER.encode()
-    return [TOAST_PLACEHOLDER, base64.b64encode(raw).decode(), ",".join(str(b) for b in raw)]
-
-
 def toast_columns(changes: DataFrame, keys: Sequence[str]) -> list[str]:
     """The row's non-key columns where Debezium may send its placeholder."""
     return [

@@ -9,14 +9,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.core import kafka
 from lakehouse.core.settings import Settings
 from lakehouse.core.specs import ExpectationSettings, SilverTableSettings
 from lakehouse.silver.refine import RefineOptions, RefineResult, refine
-from tests.bronze.helpers import new_source, run_ingest
+from tests.bronze.helpers import new_source, run_ingest, wait_for_records
 from tests.conftest import pg_connect
+
+# A round of PostgreSQL statements (`{t}` for the table; `%s` takes the round's parameters)
+# and how many Kafka records Debezium sends for them.
+Round = tuple[list[str], int]
 
 ORDER_SCHEMA = "order_id BIGINT, customer_id BIGINT, order_status STRING, amount DOUBLE, ts BIGINT"
 
@@ -132,3 +137,37 @@ def debezium_table(
             conn.execute(f"DROP TABLE IF EXISTS public.{table}")
             for statement in drop:
                 conn.execute(statement)
+
+
+def rounds_equal_postgres(
+    spark: SparkSession,
+    pg: DebeziumTable,
+    settings: Settings,
+    rounds: Sequence[Round],
+    silver_tables: Sequence[str],
+    schema: str,
+    params: Sequence[Any] | None = None,
+) -> None:
+    """Each round: run its statements in PostgreSQL, wait for Debezium's records, ingest,
+    refine every table in `silver_tables` (nothing quarantined) and compare its current rows
+    with `SELECT` of `schema`'s columns from PostgreSQL."""
+    columns = ", ".join(f.split()[0] for f in schema.split(", "))
+    produced = 0
+    for statements, records in rounds:
+        with pg_connect(settings) as conn:
+            for statement in statements:
+                sql = statement.format(t=f"public.{pg.table}")
+                conn.execute(sql, params if "%s" in sql else None)
+            rows = conn.execute(f"SELECT {columns} FROM public.{pg.table}").fetchall()
+        produced += records
+        wait_for_records(settings, pg.topic, produced)
+        run_ingest(spark, settings, pg.source, kind="cdc")
+        for name in silver_tables:
+            assert run_refine(spark, settings, name).rows_quarantined == 0, name
+            assert_df_equality(
+                current(spark, settings, name).selectExpr(*columns.split(", ")),
+                spark.createDataFrame(rows, schema),
+                ignore_row_order=True,
+                ignore_nullable=True,
+                underline_cells=True,
+            )

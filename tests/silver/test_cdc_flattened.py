@@ -7,14 +7,17 @@ end with silver equal to PostgreSQL: SCD1 current rows and SCD2 versions."""
 from __future__ import annotations
 
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from lakehouse.core.settings import Settings
 from lakehouse.silver.scd2 import history_rows
-from tests.bronze.helpers import run_ingest, wait_for_records
-from tests.conftest import pg_connect
-from tests.silver.helpers import current, debezium_table, run_refine, silver_table, with_silver
+from tests.silver.helpers import (
+    Round,
+    debezium_table,
+    rounds_equal_postgres,
+    silver_table,
+    with_silver,
+)
 
 SCHEMA = "id INT, name STRING"
 Version = tuple[int, str, bool]  # id, name, still open
@@ -22,7 +25,7 @@ Version = tuple[int, str, bool]  # id, name, still open
 # What a user gets who adds the SMT with the metadata silver orders by and keeps its defaults.
 SMT_DEFAULTS = {"transforms.unwrap.delete.tombstone.handling.mode": "tombstone"}
 
-ROUNDS: list[tuple[list[str], int]] = [
+ROUNDS: list[Round] = [
     (
         [
             "INSERT INTO {t} VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')",
@@ -76,27 +79,10 @@ def test_tombstone_only_deletes_of_flattened_records_delete_in_silver(
         unwrap=True,
         connector_config=SMT_DEFAULTS,
     ) as pg:
-        table, topic, source, settings = pg.table, pg.topic, pg.source, pg.settings
+        source, settings = pg.source, pg.settings
         scd1, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
         scd2, settings = with_silver(settings, source, mode="scd2", schema=SCHEMA, keys=("id",))
-        produced = 0
-        for statements, records in ROUNDS:
-            with pg_connect(settings) as conn:
-                for statement in statements:
-                    conn.execute(statement.format(t=f"public.{table}"))
-                rows = conn.execute(f"SELECT id, name FROM public.{table}").fetchall()
-            produced += records
-            wait_for_records(settings, topic, produced)
-            run_ingest(spark, settings, source, kind="cdc")
-            for name in (scd1, scd2):
-                assert run_refine(spark, settings, name).rows_quarantined == 0, name
-                assert_df_equality(
-                    current(spark, settings, name).drop("_rescued_data"),
-                    spark.createDataFrame(rows, SCHEMA),
-                    ignore_row_order=True,
-                    ignore_nullable=True,
-                    underline_cells=True,
-                )
+        rounds_equal_postgres(spark, pg, settings, ROUNDS, (scd1, scd2), SCHEMA)
         history = history_rows(silver_table(spark, settings, scd2)).collect()
         versions = sorted((r["id"], r["name"], r["__end_seq"] is None) for r in history)
         assert versions == EXPECTED_VERSIONS

@@ -7,15 +7,11 @@ to take is quarantined, never stored."""
 
 from __future__ import annotations
 
-from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from lakehouse.core.settings import Settings
-from tests.bronze.helpers import run_ingest, wait_for_records
-from tests.conftest import pg_connect
-from tests.silver.helpers import current, debezium_table, run_refine, with_silver
+from tests.silver.helpers import Round, debezium_table, rounds_equal_postgres, with_silver
 
-COLUMNS = ("id", "name", "notes", "blob", "tags", "nums")
 SCHEMA = "id INT, name STRING, notes STRING, blob BINARY, tags ARRAY<STRING>, nums ARRAY<INT>"
 DDL = [
     "CREATE TABLE public.{table} (id int PRIMARY KEY, name text, notes text, blob bytea, "
@@ -32,7 +28,7 @@ LARGE = (
     [f"tag-{i:05d}" for i in range(300)],
     list(range(1000)),
 )
-ROUNDS: list[tuple[list[str], int]] = [
+ROUNDS: list[Round] = [
     (["INSERT INTO {t} VALUES (1, 'a', %s, %s, %s, %s)", "INSERT INTO {t} VALUES (2, 'b')"], 2),
     (["UPDATE {t} SET name = 'a2' WHERE id = 1"], 1),  # the large values are unchanged
     (
@@ -56,26 +52,9 @@ def test_unchanged_toast_values_of_every_type_survive_updates_and_key_changes(
     spark: SparkSession, kafka_up: Settings
 ) -> None:
     with debezium_table(kafka_up, DDL) as pg:
-        table, topic, source, settings = pg.table, pg.topic, pg.source, pg.settings
+        source, settings = pg.source, pg.settings
         scd1, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
         scd2, settings = with_silver(
             settings, source, mode="scd2", schema=SCHEMA, keys=("id",), track_columns=("name",)
         )
-        produced = 0
-        for statements, records in ROUNDS:
-            with pg_connect(settings) as conn:
-                for statement in statements:
-                    sql = statement.format(t=f"public.{table}")
-                    conn.execute(sql, LARGE if "%s" in sql else None)
-                rows = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM public.{table}").fetchall()
-            produced += records
-            wait_for_records(settings, topic, produced)
-            run_ingest(spark, settings, source, kind="cdc")
-            for name in (scd1, scd2):
-                assert run_refine(spark, settings, name).rows_quarantined == 0, name
-                assert_df_equality(
-                    current(spark, settings, name).select(*COLUMNS),
-                    spark.createDataFrame(rows, SCHEMA),
-                    ignore_row_order=True,
-                    ignore_nullable=True,
-                )
+        rounds_equal_postgres(spark, pg, settings, ROUNDS, (scd1, scd2), SCHEMA, LARGE)
