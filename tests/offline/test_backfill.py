@@ -21,6 +21,7 @@ from lakehouse.offline import audit, boundary, hybrid, store
 from lakehouse.offline.backfill import BackfillOptions, backfill
 from lakehouse.offline.backfill_input import BackfillRefused
 from lakehouse.offline.move import MoveOptions, realtime_to_offline
+from lakehouse.status import offline_summary
 from tests.offline.helpers import (
     T0,
     Order,
@@ -149,6 +150,55 @@ def test_a_backfill_replaces_only_its_window_in_one_commit(
     assert record["input_path"].endswith("fix.jsonl")
 
 
+def write_input(spark: SparkSession, directory: Path, kind: str, orders: list[Order]) -> str:
+    """`orders` as a Delta table, a Parquet directory, or a CSV file (text, as exported)."""
+    if kind in ("delta", "parquet"):
+        path = str(directory / kind)
+        frame(spark, orders).drop("_rescued_data").write.format(kind).save(path)
+        return path
+    path = str(directory / ("fix.csv" if kind == "csv" else "export.txt"))
+    with open(path, "w") as out:
+        out.write("order_id,customer_id,order_status,amount,ts\n")
+        out.writelines(",".join(str(v) for v in o) + "\n" for o in orders)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "given", "stored"),
+    [
+        ("delta", None, "delta"),
+        ("parquet", None, "parquet"),
+        ("csv", None, "csv"),
+        ("txt", "csv", "csv"),  # a name that tells nothing: --format says it
+    ],
+)
+def test_delta_parquet_and_csv_inputs_backfill_alike(
+    spark: SparkSession,
+    moved: tuple[str, Settings, list[Order]],
+    tmp_path: Path,
+    kind: str,
+    given: str | None,
+    stored: str,
+) -> None:
+    offline, settings, orders = moved
+    fixed = [order(1, T0 + 2.5 * H, "12.34"), order(10, T0 + 3 * H, "5.00")]
+    source = write_input(spark, tmp_path, kind, fixed)
+    if given is not None:
+        with pytest.raises(UsageError, match=r"cannot tell its format.*pass --format"):
+            run(spark, settings, offline, source, T0 + 2 * H, T0 + 4 * H)
+    report = run(spark, settings, offline, source, T0 + 2 * H, T0 + 4 * H, format=given)
+    assert report.status == "applied"
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline),
+        frame(spark, [orders[0], *fixed, orders[2], orders[3]]),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    assert [r["input_format"] for r in audit.backfills(spark, settings, offline).collect()] == [
+        stored
+    ]
+
+
 def test_the_same_input_replayed_is_a_no_op(
     spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
 ) -> None:
@@ -272,6 +322,9 @@ def test_a_window_past_the_boundary_moves_the_gap_and_the_boundary(
         ignore_row_order=True,
         ignore_nullable=True,
     )
+    # `lakehouse status` shows the change that was not applied, and the bucket moved again.
+    (row,) = offline_summary(spark, settings).where(f"table = 'offline.{offline}'").collect()
+    assert (row["late_buckets_moved_again"], row["late_changes_not_applied"]) == (1, 1)
 
 
 def test_expectations_of_the_realtime_table_guard_the_input(
@@ -286,6 +339,7 @@ def test_expectations_of_the_realtime_table_guard_the_input(
     rules = (
         ExpectationSettings("amount_not_negative", "quarantine", sql="amount >= 0"),
         ExpectationSettings("not_a_test", "drop", sql="customer_id <> 999"),
+        ExpectationSettings("never_void", "fail", sql="order_status <> 'void'"),
     )
     settings = replace(
         settings,
@@ -304,6 +358,17 @@ def test_expectations_of_the_realtime_table_guard_the_input(
             T0 + 2 * H,
             T0 + 4 * H,
         )
+    void: Order = (8, 1, "void", Decimal("1.00"), order(8, T0 + 2.5 * H)[4])
+    with pytest.raises(BackfillRefused, match=r"expectation 'never_void' \(fail\)"):
+        run(
+            spark,
+            settings,
+            offline,
+            write_jsonl(tmp_path / "v.jsonl", [void, order(9, T0 + 3 * H)]),
+            T0 + 2 * H,
+            T0 + 4 * H,
+        )
+    assert audit.backfills(spark, settings, offline).count() == 0
     kept, dropped = order(6, T0 + 2.5 * H), order(7, T0 + 3 * H, customer=999)
     report = run(
         spark,
@@ -313,7 +378,7 @@ def test_expectations_of_the_realtime_table_guard_the_input(
         T0 + 2 * H,
         T0 + 4 * H,
     )
-    assert report.rule_failures == {"amount_not_negative": 0, "not_a_test": 1}
+    assert report.rule_failures == {"amount_not_negative": 0, "not_a_test": 1, "never_void": 0}
     window = offline_rows(spark, settings, offline).where(
         f"{store.BUCKET} = TIMESTAMP'2026-01-01 02:00:00'"
     )
