@@ -3,14 +3,17 @@ sections, no `.env` and no `POSTGRES_PASSWORD` (a cluster node, a scheduler's wo
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import yaml
 from chispa import assert_df_equality
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
+from lakehouse.core import kafka
+from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings, project_root
 from tests.bronze.helpers import new_source, run_job
 from tests.silver.helpers import ORDER_SCHEMA, produce
@@ -27,23 +30,28 @@ def conf_without_devstack(tmp_path: Path, extra: dict[str, object]) -> Path:
     return conf
 
 
-def test_ingest_and_refine_run_without_postgres_settings_or_password(
-    spark: SparkSession, kafka_up: Settings, tmp_path: Path
-) -> None:
-    source, topic, settings = new_source(kafka_up)
-    produce(
-        settings,
-        topic,
-        [{"order_id": 1, "customer_id": 2, "order_status": "paid", "amount": 5.0, "ts": 1}],
-    )
-    name = "nodev_" + source
-    conf = conf_without_devstack(
-        tmp_path,
-        {
-            "sources": {source: {"kind": "events", "topics": [topic]}},
-            "silver": {name: {"source": source, "mode": "append", "schema": ORDER_SCHEMA}},
-        },
-    )
+T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+H_MS = 3_600_000
+NOW = "2026-01-01T04:01:00Z"  # buckets [00:00, 02:00) and [02:00, 04:00) are closed
+
+
+def order(order_id: int, customer: int, amount: float, hours: float) -> dict[str, object]:
+    ts = T0_MS + int(hours * H_MS)
+    return {
+        "order_id": order_id,
+        "customer_id": customer,
+        "order_status": "paid",
+        "amount": amount,
+        "ts": ts,
+    }
+
+
+def envelope(op: str, lsn: int, after: dict[str, object]) -> bytes:
+    source = {"lsn": lsn, "ts_ms": T0_MS + lsn, "schema": "public", "table": "t"}
+    return json.dumps({"before": None, "after": after, "source": source, "op": op}).encode()
+
+
+def job_env(tmp_path: Path, settings: Settings, conf: Path) -> dict[str, str]:
     home = tmp_path / "home"  # no .env here, so nothing brings the password in
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "POSTGRES_PASSWORD"}
@@ -56,18 +64,112 @@ def test_ingest_and_refine_run_without_postgres_settings_or_password(
             "LAKEHOUSE__SPARK__IVY_DIR": str(project_root() / ".lakehouse" / "ivy"),
         }
     )
+    return env
+
+
+def test_every_job_runs_without_postgres_settings_or_password(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    events, topic, settings = new_source(kafka_up)
+    produce(
+        settings,
+        topic,
+        [order(1, 2, 5.0, 0.5), order(2, 2, 7.0, 2.5), order(3, 3, 1.0, 4.5)],
+    )
+    cdc, cdc_topic, settings = new_source(settings, kind="cdc")
+    kafka.produce(
+        settings.kafka,
+        cdc_topic,
+        [
+            (b'{"id": 1}', envelope("c", 100, {"id": 1, "name": "ada"}), 0),
+            (b'{"id": 1}', envelope("u", 110, {"id": 1, "name": "ada2"}), 0),
+            (b'{"id": 2}', envelope("c", 120, {"id": 2, "name": "bob"}), 0),
+        ],
+    )
+    orders, people = f"nodev_{events}", f"nodev_{cdc}"
+    offline, view, gold = f"{orders}_offline", f"{orders}_hybrid", f"{orders}_revenue"
+    conf = conf_without_devstack(
+        tmp_path,
+        {
+            "sources": {
+                events: {"kind": "events", "topics": [topic]},
+                cdc: {"kind": "cdc", "topics": [cdc_topic]},
+            },
+            "silver": {
+                orders: {"source": events, "mode": "append", "schema": ORDER_SCHEMA},
+                people: {
+                    "source": cdc,
+                    "mode": "scd1",
+                    "schema": "id INT, name STRING",
+                    "keys": ["id"],
+                },
+            },
+            "offline": {
+                offline: {
+                    "realtime": orders,
+                    "time_column": "ts",
+                    "time_format": "epoch_ms",
+                    "bucket": "2h",
+                    "buffer": "1m",
+                    "hybrid_view": view,
+                }
+            },
+            "gold": {
+                gold: {
+                    "source": view,
+                    "group_by": {"customer_id": "customer_id"},
+                    "aggregates": {"revenue": "sum(amount)", "orders": "count(*)"},
+                }
+            },
+        },
+    )
+    fix = tmp_path / "fix.jsonl"
+    fix.write_text(json.dumps(order(1, 2, 6.0, 0.5)) + "\n")  # order 1 re-priced
+    env = job_env(tmp_path, settings, conf)
 
     for job, args in (
-        ("ingest_events", ["--source", source]),
-        ("refine_silver", ["--table", name]),
+        ("ingest_events", ["--source", events]),
+        ("ingest_cdc", ["--source", cdc]),
+        ("refine_silver", ["--table", orders]),
+        ("refine_silver", ["--table", people]),
+        ("realtime_to_offline", ["--table", offline, "--now", NOW]),
+        (
+            "backfill",
+            [
+                "--table",
+                offline,
+                "--input",
+                str(fix),
+                "--from",
+                "2026-01-01T00:00Z",
+                "--to",
+                "2026-01-01T02:00Z",
+                "--now",
+                NOW,
+            ],
+        ),
+        ("build_gold", ["--table", gold]),
     ):
         done = run_job(job, args, env)
-        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.returncode == 0, f"{job}: {done.stderr[-3000:]}"
+
+    def table(layer: str, name: str) -> DataFrame:
+        return spark.read.format("delta").load(settings.storage.path(layer, name))
 
     assert_df_equality(
-        spark.read.format("delta").load(settings.storage.path("silver", name)),
+        current_rows(table("silver", people)),
+        spark.createDataFrame([(1, "ada2"), (2, "bob")], "id INT, name STRING"),
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_columns=["_rescued_data"],
+    )
+    offline_ids = table("offline", offline).select("order_id", "amount").orderBy("order_id")
+    assert [tuple(r) for r in offline_ids.collect()] == [(1, 6.0), (2, 7.0)]
+    assert_df_equality(
+        table("gold", gold).select("customer_id", "revenue", "orders"),
         spark.createDataFrame(
-            [(1, 2, "paid", 5.0, 1, None)], f"{ORDER_SCHEMA}, _rescued_data STRING"
+            [(2, 13.0, 2), (3, 1.0, 1)], "customer_id BIGINT, revenue DOUBLE, orders BIGINT"
         ),
+        ignore_row_order=True,
         ignore_nullable=True,
     )
