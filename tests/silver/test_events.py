@@ -18,6 +18,7 @@ from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 from lakehouse.quality.expectations import ExpectationFailed
 from lakehouse.silver import replay
+from lakehouse.silver.refine import checkpoint_path
 from lakehouse.silver.replay import replay_quarantine
 from lakehouse.silver.transform import SchemaDriftError
 from lakehouse.status import silver_summary
@@ -394,10 +395,22 @@ def test_status_summary_and_cli_replay(
     def shared_session(_s: Settings, _name: str, body: Callable[[SparkSession], None]) -> None:
         body(spark)
 
-    monkeypatch.setattr(cli, "load_settings", lambda env: settings)
+    loaded = [settings]
+    monkeypatch.setattr(cli, "load_settings", lambda env: loaded[0])
     monkeypatch.setattr(cli_tables, "with_session", shared_session)
     assert cli.main(["--env", "test", "replay", name, "--fix", "amount"]) == 2
     assert "--fix 'amount': use COLUMN=SQL" in capsys.readouterr().err
+    # A `fail` rule the repaired rows break: exit 5, the rule named, nothing applied.
+    never_lost = rule("never_lost", "fail", sql="order_status <> 'lost'")
+    table = settings.silver[name]
+    loaded[0] = replace(
+        settings,
+        silver={**settings.silver, name: replace(table, expectations=(*RULES, never_lost))},
+    )
+    assert cli.main(["replay", name, "--fix", "amount=abs(amount)"]) == 5
+    assert "expectation 'never_lost' (action fail) failed for 1 row(s)" in capsys.readouterr().err
+    assert summary() == [(1, 0, 3, "amount_not_negative=2, known_status=1", 2)]
+    loaded[0] = settings
     assert cli.main(["replay", f"silver.{name}", "--fix", "amount=abs(amount)"]) == 0
     assert "2 quarantined row(s) re-checked: 2 applied to silver" in capsys.readouterr().out
     expected = spark.createDataFrame(
@@ -408,6 +421,21 @@ def test_status_summary_and_cli_replay(
         current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
     )
     assert summary() == [(3, 0, 3, "amount_not_negative=2, known_status=1", 0)]
+
+    # `lakehouse reset silver.X` is --full-refresh: data, checkpoint and quarantined rows go;
+    # the next refine rebuilds from bronze (the two rows quarantined again, not replayed).
+    assert cli.main(["reset", f"silver.{name}"]) == 0
+    assert "reset (data, checkpoint and quarantined rows removed" in capsys.readouterr().out
+    assert not fs.exists(spark, settings.storage.path("silver", name))
+    assert not fs.exists(spark, checkpoint_path(settings, name))
+    assert quarantine(spark, settings, name).count() == 0
+    run_refine(spark, settings, name)
+    assert_df_equality(
+        current(spark, settings, name),
+        spark.createDataFrame([(1, 7, "paid", 1.0, 1, None)], SILVER),
+        ignore_nullable=True,
+    )
+    assert quarantine(spark, settings, name).count() == 2
 
 
 def test_a_lost_checkpoint_loses_nothing_keyed_and_refuses_to_duplicate_append(
