@@ -29,7 +29,10 @@ BRONZE_PROPERTIES: dict[str, str] = {
 # `ingest_date` partitions already prune by arrival); Parquet's own row-group statistics
 # still cover both (bench/README.md).
 STATS_COLUMNS = ("partition", "offset", "kafka_timestamp", "value_error")
-CDC_STATS_COLUMNS = ("cdc_table", "cdc_lsn")
+# The CDC columns bronze adds to each Debezium record (silver orders and applies by them).
+CDC_OP, CDC_KEY, CDC_LSN = "cdc_op", "cdc_key", "cdc_lsn"
+CDC_SOURCE_TS_MS, CDC_TABLE, CDC_DELETED = "cdc_source_ts_ms", "cdc_table", "cdc_deleted"
+CDC_STATS_COLUMNS = (CDC_TABLE, CDC_LSN)
 # By source, then arrival date. `source` is one value per ingest query, so as a partition
 # column it lives in the Delta log, not in every row of every file: as a stored string column
 # it cost ~4% of the write stage's CPU (dictionary lookup, statistics, two row copies), and a
@@ -110,12 +113,12 @@ def bronze_schema(kind: str) -> StructType:
     ]
     if kind == "cdc":
         fields += [
-            StructField("cdc_op", StringType()),
-            StructField("cdc_key", StringType()),
-            StructField("cdc_lsn", LongType()),
-            StructField("cdc_source_ts_ms", LongType()),
-            StructField("cdc_table", StringType()),
-            StructField("cdc_deleted", StringType()),
+            StructField(CDC_OP, StringType()),
+            StructField(CDC_KEY, StringType()),
+            StructField(CDC_LSN, LongType()),
+            StructField(CDC_SOURCE_TS_MS, LongType()),
+            StructField(CDC_TABLE, StringType()),
+            StructField(CDC_DELETED, StringType()),
         ]
     return StructType(fields)
 
@@ -251,14 +254,14 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
     )
     return [
         error.alias("value_error"),
-        op.alias("cdc_op"),
-        cdc_key.alias("cdc_key"),
-        pick("source.lsn", "__lsn", "long").alias("cdc_lsn"),
-        pick("source.ts_ms", "__source_ts_ms", "long").alias("cdc_source_ts_ms"),
+        op.alias(CDC_OP),
+        cdc_key.alias(CDC_KEY),
+        pick("source.lsn", "__lsn", "long").alias(CDC_LSN),
+        pick("source.ts_ms", "__source_ts_ms", "long").alias(CDC_SOURCE_TS_MS),
         F.when(flattened, field("__table", "string"))
         .when(table.isNotNull(), F.concat_ws(".", schema, table))
-        .alias("cdc_table"),
-        field("__deleted", "string").alias("cdc_deleted"),
+        .alias(CDC_TABLE),
+        field("__deleted", "string").alias(CDC_DELETED),
     ]
 
 

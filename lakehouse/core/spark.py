@@ -7,7 +7,7 @@ you hand it, so notebooks and tests can add their own options before `getOrCreat
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse.core.settings import Settings, project_root
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 # Options that make Delta behave as a lakehouse user expects, and keep small local runs fast.
 _BASE_CONF: dict[str, str] = {
@@ -108,3 +108,16 @@ def runtime_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, old)
+
+
+def analysis_error(plan: Callable[[], DataFrame]) -> str | None:
+    """Spark's reason (its first line) when building and analysing `plan` fails, else None:
+    how SQL from the configuration is checked against a table's columns before anything
+    runs (analysis only, no Spark job)."""
+    from pyspark.errors import PySparkException
+
+    try:
+        plan().schema  # noqa: B018 - analysing is the check
+    except PySparkException as exc:
+        return str(exc).strip().splitlines()[0]
+    return None

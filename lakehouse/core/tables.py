@@ -194,14 +194,37 @@ TXN_APP, TXN_VERSION = (
 )
 
 
+def write_once(
+    rows: DataFrame,
+    path: str,
+    app_id: str,
+    version: int,
+    mode: str = "append",
+    replace_where: str | None = None,
+) -> None:
+    """Write `rows` in one commit (append, overwrite, or overwrite of the rows matching
+    `replace_where`), unless `app_id` already committed `version` (or later) to this table:
+    Delta's idempotent writes (`txnAppId`/`txnVersion`), the one way every job writes once."""
+    writer = rows.write.format("delta").mode(mode)
+    if replace_where is not None:
+        writer = writer.option("replaceWhere", replace_where)
+    writer.option("txnAppId", app_id).option("txnVersion", str(version)).save(path)
+
+
 def append_once(rows: DataFrame, path: str, app_id: str, version: int) -> None:
     """Append `rows`, unless `app_id` already committed `version` (or later) to this table."""
-    (
-        rows.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", str(version))
-        .save(path)
+    write_once(rows, path, app_id, version)
+
+
+def change_feed(spark: SparkSession, path: str, since: int, until: int) -> DataFrame:
+    """The Change Data Feed of versions (since, until]: every change's images with Delta's
+    `_change_type`, `_commit_version` and `_commit_timestamp`."""
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", since + 1)
+        .option("endingVersion", until)
+        .load(path)
     )
 
 
@@ -225,13 +248,7 @@ def is_write_conflict(exc: BaseException) -> bool:
 
 def overwrite_once(rows: DataFrame, path: str, app_id: str, version: int) -> None:
     """Replace the table's rows with `rows` in one commit, idempotent like `append_once`."""
-    (
-        rows.write.format("delta")
-        .mode("overwrite")
-        .option("txnAppId", app_id)
-        .option("txnVersion", str(version))
-        .save(path)
-    )
+    write_once(rows, path, app_id, version, mode="overwrite")
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from functools import partial, reduce
 from typing import TYPE_CHECKING
 
 from lakehouse.core.settings import SettingsError
+from lakehouse.core.spark import analysis_error
 from lakehouse.core.specs import GoldTableSettings
 
 if TYPE_CHECKING:
@@ -91,7 +92,6 @@ def merge_condition(gold: GoldTableSettings) -> str:
 def check_sql(empty: DataFrame, gold: GoldTableSettings, name: str) -> None:
     """Every expression of the gold table analyses against the source's columns (an empty
     frame of its schema), each checked alone so the error names its key."""
-    from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
     groups = group_columns(gold)
@@ -104,11 +104,9 @@ def check_sql(empty: DataFrame, gold: GoldTableSettings, name: str) -> None:
         for n, sql in gold.aggregates.items()
     ]
     for key, check in checks:
-        try:
-            check().schema  # noqa: B018 - analysing is the check
-        except PySparkException as exc:
-            reason = str(exc).strip().splitlines()[0]
+        reason = analysis_error(check)
+        if reason is not None:
             raise SettingsError(
                 f"conf/*/gold.yml: 'gold.{name}.{key}' is not valid against "
                 f"{gold.source}'s columns ({', '.join(empty.columns)}): {reason}"
-            ) from None
+            )

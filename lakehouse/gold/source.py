@@ -111,14 +111,7 @@ def _feed(spark: SparkSession, path: str, since: int, until: int) -> DataFrame:
     if since >= until:
         empty = spark.read.format("delta").option("versionAsOf", until).load(path)
         return empty.limit(0)
-    feed = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", since + 1)
-        .option("endingVersion", until)
-        .load(path)
-    )
-    return feed.drop(*CDF_COLUMNS)
+    return tables.change_feed(spark, path, since, until).drop(*CDF_COLUMNS)
 
 
 def _switched(

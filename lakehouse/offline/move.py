@@ -227,13 +227,7 @@ def _changed_buckets(
         return {}
     if since >= until:
         return {}
-    feed = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", since + 1)
-        .option("endingVersion", until)
-        .load(rt_path)
-    )
+    feed = tables.change_feed(spark, rt_path, since, until)
     images = store.with_bucket(feed, spec)
     post = images.where("_change_type IN ('insert', 'update_postimage')")
     condition = current.live_condition(feed.columns)

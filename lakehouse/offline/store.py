@@ -107,14 +107,7 @@ def replace_where(rows: DataFrame, path: str, where: str, app_id: str, version: 
     so Delta resolves it to whole partitions) with `rows`, which must match it too, in one
     commit, idempotent under (`app_id`, `version`). A bucket `where` names without rows is
     emptied."""
-    (
-        rows.write.format("delta")
-        .mode("overwrite")
-        .option("replaceWhere", where)
-        .option("txnAppId", app_id)
-        .option("txnVersion", str(version))
-        .save(path)
-    )
+    tables.write_once(rows, path, app_id, version, mode="overwrite", replace_where=where)
 
 
 def realtime_rows(

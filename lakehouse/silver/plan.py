@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from lakehouse.bronze import transform as bronze
 from lakehouse.core import system, tables
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings, SettingsError
+from lakehouse.core.spark import analysis_error
 from lakehouse.core.specs import SilverTableSettings
 from lakehouse.quality.expectations import Expectation, from_settings
 from lakehouse.quality.metrics import metrics_schema
@@ -217,18 +219,13 @@ def _check_columns(name: str, table: SilverTableSettings, records: DataFrame) ->
 def _check_rules(name: str, expectations: list[Expectation], records: DataFrame) -> None:
     """Each rule must resolve against the table's columns before a batch runs: else a
     misspelt column fails mid-batch with Spark's error, after the table was created."""
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
-
     for e in expectations:
-        try:
-            records.select(F.expr(e.sql).alias("rule")).schema  # noqa: B018 (analysis only)
-        except AnalysisException as exc:
-            reason = str(exc).strip().splitlines()[0]
+        reason = analysis_error(partial(records.selectExpr, e.sql))  # parsed in the check too
+        if reason is not None:
             raise SettingsError(
                 f"silver.{name}.expectations.{e.name}: {e.sql!r} does not resolve against the "
                 f"table ({reason}); its columns are: {', '.join(row_columns(records))}"
-            ) from None
+            )
 
 
 def row_columns(records: DataFrame) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from lakehouse.core.current import TARGET_SEQ
+from lakehouse.core.current import TARGET_SEQ, is_bookkeeping
 from lakehouse.silver.changes import DELETE, OP, SEQ, UPSERT_OPS
 from lakehouse.silver.transform import ERROR, OFFSET, PARTITION, RESCUED, TOPIC, TRANSIENT
 
@@ -50,7 +50,7 @@ def toast_columns(changes: DataFrame, keys: Sequence[str]) -> list[str]:
         for f in changes.schema.fields
         if placeholder(f.dataType) is not None
         and f.name not in (*TRANSIENT, *keys, RESCUED, OP)
-        and not f.name.startswith("__")
+        and not is_bookkeeping(f.name)
     ]
 
 

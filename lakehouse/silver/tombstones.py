@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from lakehouse.bronze.transform import CDC_LSN, CDC_OP
 from lakehouse.core.current import TARGET_SEQ
 from lakehouse.silver.changes import DELETE, OP, SEQ, TS, UPSERT_OPS
 from lakehouse.silver.transform import ERROR, OFFSET, PARTITION, RAW_KEY, TOMBSTONE_ROW, TOPIC
@@ -80,7 +81,7 @@ def after_deletes(tombstones: DataFrame, bronze: DataFrame) -> DataFrame:
     them in their Kafka partition, in `bronze`, is a positioned delete of the same key."""
     from pyspark.sql import functions as F
 
-    deletes = bronze.where((F.col("cdc_op") == DELETE) & F.col("cdc_lsn").isNotNull()).select(
+    deletes = bronze.where((F.col(CDC_OP) == DELETE) & F.col(CDC_LSN).isNotNull()).select(
         F.col("topic").alias(TOPIC),
         F.col("partition").alias(PARTITION),
         (F.col("offset") + 1).alias(OFFSET),

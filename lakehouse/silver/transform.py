@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lakehouse.bronze.transform import TOMBSTONE
+from lakehouse.bronze.transform import CDC_KEY, CDC_LSN, CDC_OP, CDC_SOURCE_TS_MS, TOMBSTONE
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.quality.expectations import FAILED, MASK, Expectation, evaluate, mask_columns
 from lakehouse.silver import decode
@@ -261,7 +261,7 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
         payload.isNotNull() & F.get_json_object(value, "$.schema").isNotNull(), payload
     )
     image = (
-        F.when(tombstone, F.col("cdc_key"))
+        F.when(tombstone, F.col(CDC_KEY))
         .when(flattened, F.coalesce(root_row, value))
         .when(op == DELETE, pick("before"))
         .otherwise(pick("after"))
@@ -269,12 +269,12 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
     is_tombstone = F.col("value_error").eqNullSafe(TOMBSTONE)
     staged = bronze.select(
         *lineage(),
-        "cdc_key",
+        CDC_KEY,
         is_tombstone.alias(TOMBSTONE_ROW),
-        F.when(is_tombstone, F.lit(DELETE)).otherwise(F.col("cdc_op")).alias(OP),
-        F.col("cdc_lsn").alias(SEQ),
+        F.when(is_tombstone, F.lit(DELETE)).otherwise(F.col(CDC_OP)).alias(OP),
+        F.col(CDC_LSN).alias(SEQ),
         F.when(is_tombstone, F.col("kafka_timestamp"))
-        .otherwise(F.timestamp_millis(F.col("cdc_source_ts_ms")))
+        .otherwise(F.timestamp_millis(F.col(CDC_SOURCE_TS_MS)))
         .alias(TS),
     )
     error = (
@@ -287,7 +287,7 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
     )
     with_image = staged.withColumn("_lh_image", F.when(op != TRUNCATE, image))
     changes = parse_records(with_image, F.col("_lh_image"), schema, error, "__", strict=True).drop(
-        "_lh_image", "cdc_key"
+        "_lh_image", CDC_KEY
     )
     # A truncate has no image: not an error, and not checked against row rules.
     changes = changes.withColumn(

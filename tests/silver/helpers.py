@@ -13,6 +13,7 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.core import kafka
+from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
 from lakehouse.core.specs import ExpectationSettings, SilverTableSettings
 from lakehouse.silver.refine import RefineOptions, RefineResult, refine
@@ -68,12 +69,7 @@ def silver_table(spark: SparkSession, settings: Settings, name: str) -> DataFram
 
 def current(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     """What a reader sees in a keyed silver table: live rows, no bookkeeping columns."""
-    table = silver_table(spark, settings, name)
-    if "__deleted" in table.columns:
-        table = table.where("NOT __deleted")
-    if "__end_seq" in table.columns:
-        table = table.where("__end_seq IS NULL")
-    return table.drop(*[c for c in table.columns if c.startswith("__")])
+    return current_rows(silver_table(spark, settings, name))
 
 
 def quarantine(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
