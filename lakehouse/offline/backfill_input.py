@@ -189,17 +189,23 @@ def check_rules(
     rows: DataFrame, silver: SilverTableSettings
 ) -> tuple[DataFrame, list[Check], dict[str, int]]:
     """The realtime table's expectations over the input: (rows without those a drop rule
-    removes, the refusing failures of quarantine/fail rules, failures per rule)."""
+    removes, the refusing failures of quarantine rules and of fail rules whose verdict fails,
+    failures per rule)."""
     declared = rules.from_settings(silver.expectations)
     if not declared:
         return rows, [], {}
     evaluated = rules.evaluate(rows, declared).persist()
-    counts = {
-        name: failed for name, (_passed, failed) in rules.metrics(evaluated, declared).items()
-    }
+    per_rule = rules.metrics(evaluated, declared)
+    counts = {name: failed for name, (_passed, failed) in per_rule.items()}
     refusing = []
     for rule in declared:
-        if rule.action in ("quarantine", "fail") and counts[rule.name]:
+        passed, failed = per_rule[rule.name]
+        tolerated = (
+            rule.action == "fail"
+            and rule.mostly < 1
+            and not rule.verdict_fails(failed, rules.judged(evaluated, rule, passed + failed))
+        )
+        if rule.action in ("quarantine", "fail") and failed and not tolerated:
             failing = evaluated.where(rules.fails(declared, rule.name))
             sample = [
                 r.asDict()

@@ -7,8 +7,14 @@ An expectation has a name, a rule and an action:
 - action: `warn` (keep the row, count it), `drop` (remove it, count it), `quarantine` (move it to
   the quarantine table with the failed rule names), `fail` (stop the batch, commit nothing).
 
-A row *fails* a rule when the expression is false or NULL: a rule that cannot be evaluated is
-not a pass. Everything here is a pure DataFrame -> DataFrame function.
+A row *fails* a SQL rule when the expression is false or NULL: a rule that cannot be evaluated
+is not a pass. A Great Expectations rule means here what it means in Great Expectations (and in
+`lakehouse validate`): its column's NULLs pass and are not judged, except for
+`expect_column_values_to_not_be_null`; `strict_min`/`strict_max` exclude the bound; `mostly`
+(a fraction of the judged rows) decides the rule's verdict: a `fail` rule stops the batch only
+when fewer than `mostly` of them pass. The other actions act on each failing row whatever the
+verdict (a dropped row is dropped even when the rule mostly holds). Everything here is a pure
+DataFrame -> DataFrame function.
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ class Expectation:
     name: str
     sql: str
     action: str = "warn"
+    # Great Expectations' `mostly`: the verdict passes when at least this fraction of the rows
+    # the rule judges pass.
+    mostly: float = 1.0
+    # The column whose NULLs the rule does not judge (they pass; `mostly` counts without them).
+    skips_nulls_of: str | None = None
 
     def __post_init__(self) -> None:
         if not SNAKE.fullmatch(self.name):
@@ -67,6 +78,16 @@ class Expectation:
             )
         if not self.sql.strip():
             raise ExpectationError(f"expectation {self.name!r}: empty rule")
+        if isinstance(self.mostly, bool) or not 0 < self.mostly <= 1:
+            raise ExpectationError(
+                f"expectation {self.name!r}: mostly must be a fraction in (0, 1], got "
+                f"{self.mostly!r}"
+            )
+
+    def verdict_fails(self, failed: int, judged: int) -> bool:
+        """Great Expectations' verdict over `judged` rows of which `failed` failed: it fails
+        when fewer than `mostly` of them pass (no judged row: a pass)."""
+        return failed > 0 and judged > 0 and (judged - failed) / judged < self.mostly
 
 
 def _column(args: Mapping[str, Any], name: str) -> str:
@@ -84,8 +105,43 @@ def _literal(value: Any) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# The Great Expectations column expectations the per-batch engine evaluates, with the kwargs
+# each takes; any other kwarg is refused rather than ignored (it would change the meaning).
+GX_ROW_RULES: dict[str, tuple[str, ...]] = {
+    "expect_column_values_to_not_be_null": ("column", "mostly"),
+    "expect_column_values_to_be_between": (
+        "column",
+        "min_value",
+        "max_value",
+        "strict_min",
+        "strict_max",
+        "mostly",
+    ),
+    "expect_column_values_to_be_in_set": ("column", "value_set", "mostly"),
+    "expect_column_values_to_match_regex": ("column", "regex", "mostly"),
+}
+
+
+def _check_kwargs(name: str, kind: str, args: Mapping[str, Any]) -> None:
+    if kind not in GX_ROW_RULES:
+        raise ExpectationError(
+            f"expectation {name!r}: unsupported Great Expectations type {kind!r}; use one of "
+            f"{', '.join(GX_ROW_RULES)} or a SQL rule (other types belong in "
+            "table_expectations, checked by lakehouse validate)"
+        )
+    unknown = sorted(set(args) - set(GX_ROW_RULES[kind]))
+    if unknown:
+        raise ExpectationError(
+            f"expectation {name!r} ({kind}): kwargs {unknown} are not supported per batch; "
+            f"it takes {', '.join(GX_ROW_RULES[kind])}"
+        )
+
+
 def great_expectation_sql(name: str, kind: str, args: Mapping[str, Any]) -> str:
-    """The SQL for a Great Expectations column expectation (the row-level ones)."""
+    """The SQL for a Great Expectations column expectation (the row-level ones), true for the
+    rows that pass: a NULL passes every one but not_null (Great Expectations does not judge
+    it)."""
+    _check_kwargs(name, kind, args)
     column = _column(args, name)
     if kind == "expect_column_values_to_not_be_null":
         return f"{column} IS NOT NULL"
@@ -95,37 +151,49 @@ def great_expectation_sql(name: str, kind: str, args: Mapping[str, Any]) -> str:
             raise ExpectationError(f"expectation {name!r}: give min_value and/or max_value")
         parts = []
         if low is not None:
-            parts.append(f"{column} >= {_literal(low)}")
+            parts.append(f"{column} {'>' if args.get('strict_min') else '>='} {_literal(low)}")
         if high is not None:
-            parts.append(f"{column} <= {_literal(high)}")
-        return " AND ".join(parts)
-    if kind == "expect_column_values_to_be_in_set":
+            parts.append(f"{column} {'<' if args.get('strict_max') else '<='} {_literal(high)}")
+        condition = " AND ".join(parts)
+    elif kind == "expect_column_values_to_be_in_set":
         values = args.get("value_set")
         if not isinstance(values, list) or not values:
             raise ExpectationError(f"expectation {name!r}: value_set must be a non-empty list")
-        return f"{column} IN ({', '.join(_literal(v) for v in values)})"
-    if kind == "expect_column_values_to_match_regex":
+        condition = f"{column} IN ({', '.join(_literal(v) for v in values)})"
+    else:
         regex = args.get("regex")
         if not isinstance(regex, str):
             raise ExpectationError(f"expectation {name!r}: regex must be a string")
-        return f"{column} RLIKE {_literal(regex)}"
-    raise ExpectationError(
-        f"expectation {name!r}: unsupported Great Expectations type {kind!r}; use one of "
-        "expect_column_values_to_not_be_null, _to_be_between, _to_be_in_set, _to_match_regex, "
-        "or a SQL rule"
-    )
+        condition = f"{column} RLIKE {_literal(regex)}"
+    return f"({column} IS NULL OR ({condition}))"
+
+
+def _mostly(name: str, args: Mapping[str, Any]) -> float:
+    value = args.get("mostly", 1.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ExpectationError(f"expectation {name!r}: mostly must be a number, got {value!r}")
+    return float(value)
 
 
 def from_settings(declared: Sequence[ExpectationSettings]) -> list[Expectation]:
     """The row-level rules of a table's YAML declarations, each as one SQL expression."""
-    return [
-        Expectation(
-            d.name,
-            d.sql if d.sql else great_expectation_sql(d.name, d.expect, d.kwargs),
-            d.action,
+    built = []
+    for d in declared:
+        if d.sql:
+            built.append(Expectation(d.name, d.sql, d.action))
+            continue
+        kind = d.expect.strip()
+        skips = None if kind == "expect_column_values_to_not_be_null" else _column(d.kwargs, d.name)
+        built.append(
+            Expectation(
+                d.name,
+                great_expectation_sql(d.name, kind, d.kwargs),
+                d.action,
+                _mostly(d.name, d.kwargs),
+                skips,
+            )
         )
-        for d in declared
-    ]
+    return built
 
 
 def mask_columns(count: int) -> list[str]:
@@ -197,12 +265,14 @@ def with_failed_names(evaluated: DataFrame, expectations: Sequence[Expectation])
     return evaluated.withColumn(FAILED, failed_names(expectations)).drop(*masks)
 
 
-REMOVING = ("drop", "quarantine", "fail")  # the actions that keep a row out of the target
+# The actions that keep a failing row out of the target. Not `fail`: its failing rows stop the
+# batch (nothing is written), or, when its `mostly` verdict holds, go on as with `warn`.
+REMOVING = ("drop", "quarantine")
 
 
 def kept(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
-    """Rows that go on to the target: not failing any drop, quarantine or fail rule (without
-    the bitmask)."""
+    """Rows that go on to the target: not failing any drop or quarantine rule (without the
+    bitmask)."""
     removing = fails_any(expectations, REMOVING)
     return evaluated.where(~removing).drop(*mask_columns(len(expectations)))
 
@@ -235,14 +305,26 @@ def check_fail_rules(
     counts: Mapping[str, tuple[int, int]],
     sample_size: int = 3,
 ) -> None:
-    """Raise ExpectationFailed for the first violated `fail` rule, with a sample of rows."""
-
+    """Raise ExpectationFailed for the first `fail` rule whose verdict fails (every failing
+    row, or with `mostly` fewer passing than it asks), with a sample of rows."""
     for e in expectations:
-        if e.action == "fail" and counts.get(e.name, (0, 0))[1] > 0:
-            sample = (
-                evaluated.where(fails(expectations, e.name))
-                .drop(*mask_columns(len(expectations)))
-                .limit(sample_size)
-                .collect()
-            )
-            raise ExpectationFailed(e.name, counts[e.name][1], [r.asDict() for r in sample])
+        passed, failed = counts.get(e.name, (0, 0))
+        if e.action != "fail" or failed == 0:
+            continue
+        if e.mostly < 1 and not e.verdict_fails(failed, judged(evaluated, e, passed + failed)):
+            continue
+        sample = (
+            evaluated.where(fails(expectations, e.name))
+            .drop(*mask_columns(len(expectations)))
+            .limit(sample_size)
+            .collect()
+        )
+        raise ExpectationFailed(e.name, failed, [r.asDict() for r in sample])
+
+
+def judged(evaluated: DataFrame, e: Expectation, rows: int) -> int:
+    """How many of `rows` rule `e` judges: all of them, or those where its column is not NULL
+    (one count, only asked for a `mostly` verdict)."""
+    if e.skips_nulls_of is None:
+        return rows
+    return evaluated.where(f"{e.skips_nulls_of} IS NOT NULL").count()

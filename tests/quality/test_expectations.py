@@ -55,7 +55,8 @@ def orders(spark: SparkSession) -> DataFrame:
             (2, "lost", 5.0),  # unknown status -> quarantine
             (3, "paid", -1.0),  # negative -> warn only
             (None, "shipped", 1.0),  # no id -> drop
-            (5, None, None),  # NULL status and amount: both rules fail (NULL is not a pass)
+            # A NULL amount fails the SQL rule (NULL is not a pass); the status is unknown.
+            (5, "lost", None),
         ],
         ORDERS,
     )
@@ -68,7 +69,7 @@ def test_evaluate_names_failed_rules_per_row(spark: SparkSession) -> None:
             (2, "lost", 5.0, ["known_status"]),
             (3, "paid", -1.0, ["amount_non_negative"]),
             (None, "shipped", 1.0, ["has_id"]),
-            (5, None, None, ["amount_non_negative", "known_status"]),
+            (5, "lost", None, ["amount_non_negative", "known_status"]),
         ],
         f"{ORDERS}, {FAILED} array<string>",
     )
@@ -92,7 +93,7 @@ def test_actions_split_the_batch(spark: SparkSession) -> None:
     assert_df_equality(
         quarantined(evaluated, RULES),
         spark.createDataFrame(
-            [(2, "lost", 5.0, ["known_status"]), (5, None, None, RULES_2_AND_5)],
+            [(2, "lost", 5.0, ["known_status"]), (5, "lost", None, RULES_2_AND_5)],
             f"{ORDERS}, {FAILED} array<string>",
         ),
         ignore_row_order=True,
@@ -127,26 +128,37 @@ def test_fail_rule_passes_silently_when_met(spark: SparkSession) -> None:
         (
             "expect_column_values_to_be_between",
             {"column": "amount", "min_value": 0},
-            "`amount` >= 0",
+            "(`amount` IS NULL OR (`amount` >= 0))",
         ),
         (
             "expect_column_values_to_be_between",
             {"column": "amount", "min_value": 0, "max_value": 9.5},
-            "`amount` >= 0 AND `amount` <= 9.5",
+            "(`amount` IS NULL OR (`amount` >= 0 AND `amount` <= 9.5))",
+        ),
+        (
+            "expect_column_values_to_be_between",
+            {"column": "amount", "min_value": 0, "max_value": 9.5, "strict_min": True},
+            "(`amount` IS NULL OR (`amount` > 0 AND `amount` <= 9.5))",
         ),
         (
             "expect_column_values_to_match_regex",
             {"column": "s", "regex": "^a'b$"},
-            "`s` RLIKE '^a\\'b$'",
+            "(`s` IS NULL OR (`s` RLIKE '^a\\'b$'))",
         ),
         (
             "expect_column_values_to_be_in_set",
             {"column": "s", "value_set": ["x", 1]},
-            "`s` IN ('x', 1)",
+            "(`s` IS NULL OR (`s` IN ('x', 1)))",
+        ),
+        (
+            "expect_column_values_to_not_be_null",
+            {"column": "s", "mostly": 0.9},
+            "`s` IS NOT NULL",
         ),
     ],
 )
 def test_great_expectations_translation(kind: str, args: dict[str, object], sql: str) -> None:
+    """A NULL passes every column rule but not_null: Great Expectations does not judge it."""
     assert great_expectation_sql("rule", kind, args) == sql
 
 

@@ -440,3 +440,95 @@ def test_cli_exits_0_when_all_pass_and_2_for_an_unknown_table(
     assert run_cli(monkeypatch, spark, settings, "silver.nope") == 2
     _, err = capsys.readouterr()
     assert err.startswith("lakehouse validate: silver.nope: no such silver table")
+
+
+# The same Great Expectations rules judged by the per-batch engine (refine, replay, gold,
+# backfill) and by `lakehouse validate` (Great Expectations itself) on the same rows.
+PARITY_ROWS = [
+    (1, "paid", Decimal("0.00"), 1, None),  # on the strict minimum
+    (2, None, Decimal("10.00"), 2, None),  # a NULL status: not judged by the status rules
+    (3, "PAID", None, 3, None),  # a NULL amount: not judged by the amount rules
+    (None, "lost", Decimal("11.00"), 4, None),
+    (5, "paid", Decimal("5.00"), 5, None),
+    (6, "created", Decimal("7.00"), 6, None),
+]
+BETWEEN = "expect_column_values_to_be_between"
+IN_SET = "expect_column_values_to_be_in_set"
+NOT_NULL = "expect_column_values_to_not_be_null"
+STATUSES = ["paid", "created", "lost"]
+PARITY_RULES = (
+    rule(
+        "amount_range", expect=BETWEEN, column="amount", min_value=0, max_value=10, strict_min=True
+    ),
+    rule(
+        "amount_mostly",
+        expect=BETWEEN,
+        column="amount",
+        min_value=0,
+        max_value=10,
+        strict_min=True,
+        mostly=0.5,  # 3 of the 5 judged pass
+    ),
+    rule("known_status", expect=IN_SET, column="order_status", value_set=STATUSES),
+    rule(
+        "lower_status",
+        expect="expect_column_values_to_match_regex",
+        column="order_status",
+        regex="^[a-z]+$",
+    ),
+    rule("id_mostly", expect=NOT_NULL, column="order_id", mostly=0.8),  # 5 of 6
+    rule("id_nearly_all", expect=NOT_NULL, column="order_id", mostly=0.9),
+    # 4 of the 5 judged pass (0.8): fails; were the NULL judged as a pass, 5 of 6 would not.
+    rule("status_mostly", expect=IN_SET, column="order_status", value_set=STATUSES, mostly=0.82),
+)
+# name: (verdict, unexpected rows), worked out by hand from the rows above.
+PARITY_EXPECTED = {
+    "amount_range": (False, 2),
+    "amount_mostly": (True, 2),
+    "known_status": (False, 1),
+    "lower_status": (False, 1),
+    "id_mostly": (True, 1),
+    "id_nearly_all": (False, 1),
+    "status_mostly": (False, 1),
+}
+
+
+def test_a_great_expectations_rule_gets_the_same_verdict_per_batch_and_in_validate(
+    spark: SparkSession, settings: Settings
+) -> None:
+    from lakehouse.quality import expectations as engine
+
+    name, declared = declare(settings, "append", ORDER_COLUMNS, expectations=PARITY_RULES)
+    write(spark, declared, name, PARITY_ROWS, ORDER_COLUMNS)
+    report = validate(spark, declared, name)
+    assert {o.name: (o.success, o.unexpected_count) for o in report.outcomes} == PARITY_EXPECTED
+
+    batch = spark.createDataFrame(PARITY_ROWS, ORDER_COLUMNS)
+    verdicts = {}
+    for declaration in PARITY_RULES:
+        # As a `fail` rule: the batch stops exactly when the verdict fails.
+        rules = engine.from_settings([replace(declaration, action="fail")])
+        evaluated = engine.evaluate(batch, rules)
+        counts = engine.metrics(evaluated, rules)
+        try:
+            engine.check_fail_rules(evaluated, rules, counts)
+            verdict = True
+        except engine.ExpectationFailed:
+            verdict = False
+        verdicts[declaration.name] = (verdict, counts[declaration.name][1])
+    assert verdicts == PARITY_EXPECTED
+
+
+@pytest.mark.pure
+def test_a_kwarg_the_per_batch_engine_would_ignore_is_refused(settings: Settings) -> None:
+    from lakehouse.quality import expectations as engine
+
+    declared = rule(
+        "r", expect=BETWEEN, column="amount", min_value=0, parse_strings_as_datetimes=True
+    )
+    with pytest.raises(
+        ExpectationError, match=r"kwargs \['parse_strings_as_datetimes'\] are not supported"
+    ):
+        engine.from_settings([declared])
+    with pytest.raises(ExpectationError, match="mostly must be a fraction"):
+        engine.from_settings([rule("r", expect=NOT_NULL, column="amount", mostly=1.5)])
