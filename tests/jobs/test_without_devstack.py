@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
-import yaml
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
@@ -16,19 +14,8 @@ from lakehouse.core import kafka
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings, project_root
 from tests.bronze.helpers import new_source, run_job
+from tests.jobs.helpers import conf_overlay
 from tests.silver.helpers import ORDER_SCHEMA, produce
-
-
-def conf_without_devstack(tmp_path: Path, extra: dict[str, object]) -> Path:
-    conf = tmp_path / "conf"
-    shutil.copytree(project_root() / "conf", conf, ignore=shutil.ignore_patterns("local"))
-    base = conf / "base" / "lakehouse.yml"
-    sections = yaml.safe_load(base.read_text())
-    del sections["postgres"], sections["connect"]
-    base.write_text(yaml.safe_dump(sections))
-    (conf / "test" / "job.yml").write_text(yaml.safe_dump(extra))
-    return conf
-
 
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 H_MS = 3_600_000
@@ -88,7 +75,7 @@ def test_every_job_runs_without_postgres_settings_or_password(
     )
     orders, people = f"nodev_{events}", f"nodev_{cdc}"
     offline, view, gold = f"{orders}_offline", f"{orders}_hybrid", f"{orders}_revenue"
-    conf = conf_without_devstack(
+    conf = conf_overlay(
         tmp_path,
         {
             "sources": {
@@ -122,6 +109,7 @@ def test_every_job_runs_without_postgres_settings_or_password(
                 }
             },
         },
+        devstack=False,
     )
     fix = tmp_path / "fix.jsonl"
     fix.write_text(json.dumps(order(1, 2, 6.0, 0.5)) + "\n")  # order 1 re-priced

@@ -1,0 +1,56 @@
+"""Jobs and the CLI as a scheduler runs them: subprocesses over a conf overlay."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from lakehouse.core.settings import Settings, project_root
+
+
+def conf_overlay(tmp_path: Path, extra: dict[str, object], devstack: bool = True) -> Path:
+    """A copy of `conf/` with `extra` as `conf/test/job.yml` (tables with expectations need a
+    file: environment variables cannot carry lists); without the dev stack's `postgres` and
+    `connect` sections when `devstack` is False."""
+    conf = tmp_path / "conf"
+    shutil.copytree(project_root() / "conf", conf, ignore=shutil.ignore_patterns("local"))
+    if not devstack:
+        base = conf / "base" / "lakehouse.yml"
+        sections = yaml.safe_load(base.read_text())
+        del sections["postgres"], sections["connect"]
+        base.write_text(yaml.safe_dump(sections))
+    (conf / "test" / "job.yml").write_text(yaml.safe_dump(extra))
+    return conf
+
+
+def overlay_env(settings: Settings, conf: Path) -> dict[str, str]:
+    """The environment of a job or CLI subprocess: the test's storage root and `conf`."""
+    return {
+        **os.environ,
+        "LAKEHOUSE__STORAGE__ROOT": settings.storage.root,
+        "LAKEHOUSE_CONF_DIR": str(conf),
+    }
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`lakehouse --env test ARGS` as a user types it."""
+    command = str(Path(sys.executable).parent / "lakehouse")
+    return subprocess.run(
+        [command, "--env", "test", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def last_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line a failed command ends with (what a scheduler's alert shows)."""
+    lines = done.stderr.strip().splitlines()
+    return lines[-1] if lines else ""
