@@ -88,6 +88,8 @@ class DebeziumTable:
     topic: str  # Debezium's topic for it
     source: str  # a CDC source reading the topic, in `settings`
     settings: Settings
+    connector: str  # the Debezium connector's name
+    prefix: str  # its topic prefix
 
 
 @contextmanager
@@ -126,7 +128,7 @@ def debezium_table(
         source, _, with_source = new_source(settings, kind="cdc")
         cdc = replace(with_source.sources[source], topics=(topic,))
         with_source = replace(with_source, sources={**with_source.sources, source: cdc})
-        yield DebeziumTable(table, topic, source, with_source)
+        yield DebeziumTable(table, topic, source, with_source, connector, prefix)
     finally:
         delete_connector(settings, connector)
         with pg_connect(settings) as conn:
@@ -143,12 +145,13 @@ def rounds_equal_postgres(
     silver_tables: Sequence[str],
     schema: str,
     params: Sequence[Any] | None = None,
-) -> None:
-    """Each round: run its statements in PostgreSQL, wait for Debezium's records, ingest,
-    refine every table in `silver_tables` (nothing quarantined) and compare its current rows
-    with `SELECT` of `schema`'s columns from PostgreSQL."""
+    produced: int = 0,
+) -> int:
+    """Each round: run its statements in PostgreSQL, wait for Debezium's records (`produced`:
+    how many the topic held before), ingest, refine every table in `silver_tables` (nothing
+    quarantined) and compare its current rows with `SELECT` of `schema`'s columns from
+    PostgreSQL. Returns how many records the topic holds after."""
     columns = ", ".join(f.split()[0] for f in schema.split(", "))
-    produced = 0
     for statements, records in rounds:
         with pg_connect(settings) as conn:
             for statement in statements:
@@ -167,3 +170,4 @@ def rounds_equal_postgres(
                 ignore_nullable=True,
                 underline_cells=True,
             )
+    return produced
