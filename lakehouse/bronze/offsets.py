@@ -150,8 +150,10 @@ def topic_partitions(kafka: KafkaSettings, source: SourceSettings) -> dict[str, 
     if source.topics:
         wanted = [t for t in source.topics if t in meta.topics]
     else:
+        # As Spark's Kafka source matches it (`findFirstIn`): anywhere in the name, so the
+        # topics checked for loss and given start offsets are exactly the topics it reads.
         pattern = re.compile(source.topic_pattern)
-        wanted = sorted(t for t in meta.topics if pattern.fullmatch(t))
+        wanted = sorted(t for t in meta.topics if pattern.search(t))
     return {t: sorted(meta.topics[t].partitions) for t in wanted}
 
 

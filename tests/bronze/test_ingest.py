@@ -571,3 +571,43 @@ def test_records_of_an_aborted_transaction_are_not_data(
         .collect()
     )
     assert values == (["a", "b"] if isolation is None else ["a", "aborted", "b"])
+
+
+def test_a_topic_pattern_source_reads_every_match_and_a_new_topic_from_its_start(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """README: `topic_pattern` sources. The pattern matches anywhere in a topic's name, as
+    Spark's Kafka source applies it, and the topics the job checks for loss and gives start
+    offsets are exactly those it reads; partitions no start names begin at earliest, so a
+    topic created after the checkpoint loses none of its first records."""
+    from lakehouse.bronze.offsets import topic_partitions
+    from lakehouse.core.specs import SourceSettings
+
+    prefix = f"pat{uuid.uuid4().hex[:8]}"
+    first, later, inside, anchored = f"{prefix}.a", f"{prefix}.b", f"x{prefix}.c", f"{prefix}x"
+    for topic in (first, inside, anchored):
+        kafka.ensure_topic(kafka_up.kafka, topic, partitions=2)
+    name = f"s{prefix}"
+    source = SourceSettings(kind="events", topic_pattern=rf"{prefix}\.")
+    settings = replace(kafka_up, sources={**kafka_up.sources, name: source})
+    kafka.produce(settings.kafka, first, [(None, b"a0", 0), (None, b"a1", 1)])
+    kafka.produce(settings.kafka, inside, [(None, b"c0", 0)])  # matches inside the name
+    kafka.produce(settings.kafka, anchored, [(None, b"x0", 0)])  # does not match
+    run_ingest(spark, settings, name)
+    kafka.ensure_topic(settings.kafka, later, partitions=1)
+    kafka.produce(settings.kafka, later, [(None, b"b0", 0), (None, b"b1", 0)])
+    kafka.produce(settings.kafka, first, [(None, b"a2", 0)])
+    run_ingest(spark, settings, name)
+
+    landed = bronze(spark, settings, name).selectExpr(
+        "topic", "partition", "offset", "CAST(value AS STRING) AS value"
+    )
+    assert sorted(tuple(r) for r in landed.collect()) == [
+        (first, 0, 0, "a0"),
+        (first, 0, 1, "a2"),
+        (first, 1, 0, "a1"),
+        (later, 0, 0, "b0"),
+        (later, 0, 1, "b1"),
+        (inside, 0, 0, "c0"),
+    ]
+    assert sorted(topic_partitions(settings.kafka, source)) == sorted([first, later, inside])
