@@ -203,7 +203,7 @@ def test_schema_drift_fail_and_evolve(spark: SparkSession, kafka_up: Settings) -
         order(1, "paid", 1.0, 1),
         order(2, "paid", 2.0, 2, coupon="X", discount=5),
     ]
-    _, _, name, settings = events_pipeline(
+    source, topic, name, settings = events_pipeline(
         spark,
         kafka_up,
         events,
@@ -226,6 +226,12 @@ def test_schema_drift_fail_and_evolve(spark: SparkSession, kafka_up: Settings) -
     assert_df_equality(
         current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
     )
+    # A later run (a restart: a new plan from the table) parses the evolved columns too.
+    produce(settings, topic, [order(3, "paid", 3.0, 3, coupon="Y", discount=7)])
+    run_ingest(spark, settings, source)
+    assert run_refine(spark, settings, name).rows_written == 1
+    row = current(spark, settings, name).where("order_id = 3").collect()[0]
+    assert (row["coupon"], row["discount"], row["_rescued_data"]) == ("Y", 7, None)
 
 
 def test_replayed_batch_commits_nothing_twice(spark: SparkSession, kafka_up: Settings) -> None:
@@ -505,3 +511,31 @@ def test_a_rule_on_a_column_the_table_does_not_have_fails_at_start_naming_both(
     assert f"`{column}`" in message, message
     assert "order_id, customer_id, order_status, amount, ts" in message, message
     assert not fs.exists(spark, settings.storage.path("silver", name))
+
+
+def test_equal_sequence_values_are_settled_by_first_arrival_through_refine(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """README: versions of a key with the same `sequence_by` value, the first to arrive in
+    bronze wins, within a batch, across batches and after a full refresh."""
+    first: list[object] = [
+        order(1, "created", 1.0, 100),
+        order(1, "paid", 2.0, 100),
+        order(2, "paid", 5.0, 7),
+    ]
+    source, topic, name, settings = events_pipeline(
+        spark, kafka_up, first, schema=ORDER_SCHEMA, keys=("order_id",), sequence_by="ts"
+    )
+
+    def statuses() -> list[tuple[int, str]]:
+        rows = current(spark, settings, name).select("order_id", "order_status").collect()
+        return sorted((r[0], r[1]) for r in rows)
+
+    run_refine(spark, settings, name)
+    assert statuses() == [(1, "created"), (2, "paid")]
+    produce(settings, topic, [order(1, "shipped", 3.0, 100), order(2, "lost", 0.0, 8)])
+    run_ingest(spark, settings, source)
+    run_refine(spark, settings, name)
+    assert statuses() == [(1, "created"), (2, "lost")]
+    run_refine(spark, settings, name, full_refresh=True)  # all of bronze in one batch
+    assert statuses() == [(1, "created"), (2, "lost")]
