@@ -30,7 +30,7 @@ def load(
 ) -> int:
     """Load the snapshot `snapshot` (a path or a table name) into the bronze table at `path`
     for source `name` once (a re-run finds the handoff and skips it)."""
-    snapshot_path = _resolve_snapshot(settings, snapshot)
+    snapshot_path = _resolve_snapshot(spark, settings, snapshot)
     version = tables.latest_version(spark, snapshot_path)
     done = [
         e
@@ -99,7 +99,8 @@ def _record(
 
 def require_lineage(spark: SparkSession, settings: Settings, snapshot: str) -> None:
     """`--start-from bronze` after a snapshot needs the snapshot's Kafka offsets."""
-    columns = set(spark.read.format("delta").load(_resolve_snapshot(settings, snapshot)).columns)
+    path = _resolve_snapshot(spark, settings, snapshot)
+    columns = set(spark.read.format("delta").load(path).columns)
     if not {"topic", "partition", "offset"} <= columns:
         raise StartFromError(
             f"--historical {snapshot} has no Kafka lineage (topic, partition, offset), so "
@@ -119,10 +120,26 @@ def record_handoff(spark: SparkSession, settings: Settings, name: str, starting:
     )
 
 
-def _resolve_snapshot(settings: Settings, path_or_table: str) -> str:
+def _resolve_snapshot(spark: SparkSession, settings: Settings, path_or_table: str) -> str:
+    """A path as is; `LAYER.TABLE` of this lakehouse (e.g. `silver.orders`) under the storage
+    root; any other name from Spark's catalog (a metastore table of another system), by its
+    location."""
     if "/" in path_or_table or ":" in path_or_table:
         return path_or_table
     try:
         return tables.table_path(settings, path_or_table)
-    except ValueError as exc:
-        raise StartFromError(f"--historical {path_or_table!r}: {exc}") from None
+    except ValueError:
+        pass
+    if spark.catalog.tableExists(path_or_table):
+        detail = spark.sql(f"DESCRIBE DETAIL {path_or_table}").select("format", "location")
+        row = detail.first()
+        if row is not None and row["format"] == "delta":
+            return str(row["location"])
+        raise StartFromError(
+            f"--historical {path_or_table!r}: a catalog table, but not a Delta table "
+            f"({row['format'] if row else 'unknown format'}); give a Delta snapshot"
+        )
+    raise StartFromError(
+        f"--historical {path_or_table!r}: no such path, LAYER.TABLE of this lakehouse "
+        "(e.g. bronze.orders) or table in Spark's catalog"
+    )

@@ -333,8 +333,12 @@ def test_start_from_a_timestamp_with_a_partition_quiet_since_then(
     )
 
 
-def test_historical_snapshot_then_live(spark: SparkSession, kafka_up: Settings) -> None:
-    """A snapshot holds what offsets 0..41 carried; live starts at 42: each record once."""
+@pytest.mark.parametrize("given_as", ["path", "table name"])
+def test_historical_snapshot_then_live(
+    spark: SparkSession, kafka_up: Settings, given_as: str
+) -> None:
+    """A snapshot holds what offsets 0..41 carried; live starts at 42: each record once. The
+    snapshot is a Delta path or a table name in the catalog."""
     name, topic, settings = new_source(kafka_up)
     kafka.produce(
         settings.kafka, topic, [(None, json.dumps({"n": i}).encode(), 0) for i in range(50)]
@@ -345,7 +349,9 @@ def test_historical_snapshot_then_live(spark: SparkSession, kafka_up: Settings) 
         "topic string, partition int, offset long, value string",
     ).write.format("delta").save(snapshot)
 
-    options = {"historical": snapshot}
+    if given_as == "table name":
+        spark.sql(f"CREATE TABLE snapshot_{name} USING delta LOCATION '{snapshot}'")
+    options = {"historical": snapshot if given_as == "path" else f"snapshot_{name}"}
     start = StartFrom("offsets", offsets={topic: {0: 42}})
     first = run_ingest(spark, settings, name, start_from=start, **options)
 
