@@ -202,3 +202,30 @@ def test_unknown_silver_table_lists_known(tmp_path: Path) -> None:
     (conf / "base" / "tables.yml").write_text(TABLES)
     with pytest.raises(SettingsError, match=r"--table 'nope'.*known: orders"):
         load_settings("dev", conf_dir=conf).silver_table("nope")
+
+
+def test_kafka_options_take_secret_references_and_never_show_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README: a source's `kafka_options` values may be `${SECRET}` references."""
+    source = (
+        "sources:\n  feed:\n    kind: events\n    topics: [feed]\n    kafka_options:\n"
+        "      security.protocol: SASL_SSL\n"
+        "      sasl.jaas.config: ${TEST_KAFKA_JAAS}\n"
+    )
+    conf = write_conf(tmp_path, BASE)
+    (conf / "base" / "sources.yml").write_text(source)
+    monkeypatch.setenv("TEST_KAFKA_JAAS", "jaas-s3cret")
+    settings = load_settings("dev", conf_dir=conf)
+    assert settings.sources["feed"].kafka_options == {
+        "security.protocol": "SASL_SSL",
+        "sasl.jaas.config": "jaas-s3cret",
+    }
+    assert "jaas-s3cret" not in repr(settings)
+    monkeypatch.delenv("TEST_KAFKA_JAAS")
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", conf_dir=conf)
+    assert str(err.value).startswith(
+        "conf/base/sources.yml: 'sources.feed.kafka_options.sasl.jaas.config' needs environment "
+        "variable TEST_KAFKA_JAAS, which is not set"
+    )
