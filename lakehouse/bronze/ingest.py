@@ -155,6 +155,9 @@ def _run(
         start = options.start_from or _default_start(spark, path, options.source)
         starting, needed = _starting_offsets(spark, settings, source, start, path, options.source)
     gaps, marks = retention.find(settings, source, needed)
+    rewound = offsets.find_rewound(needed, marks)
+    if rewound:
+        raise offsets.TopicRewound(rewound)  # no flag makes skipping new records right
     if lost is not None and not gaps:
         raise lost  # a loss the offsets do not explain (e.g. a deleted partition): stop
     if gaps:

@@ -29,6 +29,25 @@ class StartFromError(UsageError):
     """A --start-from value that cannot be used; the message says which form is expected."""
 
 
+class TopicRewound(DataLoss):
+    """Where bronze resumes is past a partition's end: the topic was deleted and created
+    again (or the partition replaced), so its offsets started over."""
+
+    def __init__(self, rewound: list[tuple[str, int, int, int]]) -> None:
+        self.rewound = rewound
+        parts = "; ".join(
+            f"{t} partition {p}: bronze resumes at offset {at} but the partition now ends at {end}"
+            for t, p, at, end in rewound
+        )
+        super().__init__(
+            f"{parts}. The topic was deleted and created again: its offsets started over, so "
+            "resuming would skip its new records and bronze's lineage would repeat their "
+            "offsets. Nothing was read. Give the new topic a new source (its own "
+            "bronze_table or source name), or, if it replaces the old one on purpose, move "
+            "this source's checkpoint aside and run with --start-from earliest"
+        )
+
+
 class DataLossError(DataLoss):
     """Kafka no longer holds offsets the job needs (retention). Names every missing range."""
 
@@ -155,6 +174,19 @@ def topic_partitions(kafka: KafkaSettings, source: SourceSettings) -> dict[str, 
         pattern = re.compile(source.topic_pattern)
         wanted = sorted(t for t in meta.topics if pattern.search(t))
     return {t: sorted(meta.topics[t].partitions) for t in wanted}
+
+
+def find_rewound(
+    needed: Offsets, marks: Mapping[tuple[str, int], tuple[int, int]]
+) -> list[tuple[str, int, int, int]]:
+    """(topic, partition, where we resume, where the partition ends) for each partition whose
+    end is before where we resume: its offsets started over (a recreated topic)."""
+    return [
+        (topic, partition, next_offset, marks[(topic, partition)][1])
+        for topic, parts in sorted(needed.items())
+        for partition, next_offset in sorted(parts.items())
+        if (topic, partition) in marks and next_offset > marks[(topic, partition)][1]
+    ]
 
 
 def find_gaps(needed: Offsets, marks: Mapping[tuple[str, int], tuple[int, int]]) -> list[Gap]:

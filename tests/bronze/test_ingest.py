@@ -23,7 +23,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from lakehouse.bronze.offsets import DataLossError, Gap, StartFrom, StartFromError
+from lakehouse.bronze.offsets import DataLossError, Gap, StartFrom, StartFromError, TopicRewound
 from lakehouse.bronze.transform import BRONZE_PROPERTIES, bronze_schema, kafka_to_bronze
 from lakehouse.core import kafka, system, tables
 from lakehouse.core.faults import FAULT_ENV
@@ -617,3 +617,42 @@ def test_a_topic_pattern_source_reads_every_match_and_a_new_topic_from_its_start
         (inside, 0, 0, "c0"),
     ]
     assert sorted(topic_partitions(settings.kafka, source)) == sorted([first, later, inside])
+
+
+def recreate_topic(settings: Settings, topic: str) -> None:
+    """Delete `topic` and create it again (its offsets start over at 0)."""
+    kafka.delete_topics(settings.kafka, [topic])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            kafka.ensure_topic(settings.kafka, topic, partitions=1)
+            if kafka.end_offsets(settings.kafka, topic) == {0: 0}:
+                return
+        except kafka.KafkaError:
+            pass  # still being deleted
+        time.sleep(0.5)
+    raise AssertionError(f"{topic} was not recreated")
+
+
+@pytest.mark.parametrize("allow_data_loss", [False, True])
+def test_a_recreated_topic_is_named_and_never_resumed_past_its_new_records(
+    spark: SparkSession, kafka_up: Settings, allow_data_loss: bool
+) -> None:
+    """The checkpoint resumes at 10; the topic was deleted and created again and its log ends
+    at 3: resuming would skip the new records 0..2 (and bronze's lineage would repeat their
+    offsets). Refused with exit 3 naming the partition, also with --allow-data-loss."""
+    name, topic, settings = new_source(kafka_up)
+    kafka.produce(settings.kafka, topic, [(None, b"old", 0) for _ in range(10)])
+    run_ingest(spark, settings, name)
+    recreate_topic(settings, topic)
+    kafka.produce(settings.kafka, topic, [(None, b"new", 0) for _ in range(3)])
+
+    with pytest.raises(TopicRewound) as err:
+        run_ingest(spark, settings, name, allow_data_loss=allow_data_loss)
+    assert err.value.exit_code == 3
+    assert (
+        f"{topic} partition 0: bronze resumes at offset 10 but the partition now ends at 3"
+        in str(err.value)
+    )
+    assert "deleted and created again" in str(err.value)
+    assert sorted(r["offset"] for r in bronze(spark, settings, name).collect()) == list(range(10))
