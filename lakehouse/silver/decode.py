@@ -33,7 +33,7 @@ precise -> base64, adaptive -> epoch_us timestamps (PostgreSQL's default precisi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -141,6 +141,10 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
 
 def decimal_text(t: Column, data_type: DecimalType) -> Column:
     """A decimal's text as `data_type` when it fits exactly (never rounded)."""
+    return let(t, lambda s: _decimal_of(s, data_type))
+
+
+def _decimal_of(t: Column, data_type: DecimalType) -> Column:
     from pyspark.sql import functions as F
 
     value = t.try_cast(data_type)
@@ -153,41 +157,75 @@ def decimal_text(t: Column, data_type: DecimalType) -> Column:
     return F.when(plain | exponent, value)
 
 
+def let(value: Column, body: Callable[[Column], Column]) -> Column:
+    """`body(value)` with `value` computed once. A Column used twice is its whole expression
+    tree twice, and these decoders nest (base64 -> digits -> text -> decimal), so without this
+    a Debezium `numeric` column was a ~40,000-character expression: the optimizer's time and
+    memory on a wide CDC table grew with it (bench/decode_decimals.py). A one-element
+    `transform` binds the value to a lambda variable instead."""
+    from pyspark.sql import functions as F
+
+    return F.transform(F.array(value), body)[0]
+
+
 def _unscaled_text(b64: Column, scale: Column) -> Column:
     """Debezium precise decimal: base64 of the unscaled value's big-endian two's complement
     bytes -> its decimal text at `scale` (null when not base64 or over 38 digits)."""
     from pyspark.sql import functions as F
 
-    raw = F.try_to_binary(b64, F.lit("base64"))
-    hexed = F.hex(raw)
-    n = F.octet_length(raw)
-    negative = F.conv(hexed.substr(F.lit(1), F.lit(2)), 16, 10).cast("int") >= 128
-
-    def byte(i: Column) -> Column:
-        value = F.conv(hexed.substr(i * 2 + 1, F.lit(2)), 16, 10).cast("int")
-        # A negative number is -(its complement) - 1: no 2^(8n) term that overflows 38 digits.
-        return F.when(negative, 255 - value).otherwise(value).cast("decimal(38,0)")
-
-    magnitude = F.aggregate(
-        F.sequence(F.lit(0), n - 1),
-        F.lit(0).cast("decimal(38,0)"),
-        lambda acc, i: F.try_add(
-            F.try_multiply(acc, F.lit(256).cast("decimal(38,0)")), byte(i)
-        ).cast("decimal(38,0)"),
+    hexed = F.hex(F.try_to_binary(b64, F.lit("base64")))
+    return let(
+        F.struct(hexed.alias("hex"), scale.alias("scale")),
+        lambda d: _hex_text(d["hex"], d["scale"]),
     )
-    digits = F.when(negative, F.try_add(magnitude, F.lit(1).cast("decimal(38,0)"))).otherwise(
-        magnitude
-    )
-    plain = digits.cast("string")
+
+
+def _hex_text(hexed: Column, scale: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    negative = hexed.rlike("^[89A-F]")
+    ok = (F.length(hexed) > 0) & scale.isNotNull() & (scale >= 0)
+    # Up to 8 bytes (18 digits and more: nearly every real value), `conv` to a negative base
+    # reads the sign-extended 64 bits as a signed number in one step.
+    extended = F.lpad(hexed, 16, F.when(negative, F.lit("F")).otherwise(F.lit("0")))
+    short = F.regexp_replace(F.conv(extended, 16, -10), "^-", "")
+    digits = F.when(F.length(hexed) <= 16, short).otherwise(_wide_magnitude(hexed, negative))
+    sign = F.when(negative, F.lit("-")).otherwise(F.lit(""))
+    return F.when(ok, F.concat(sign, let(digits, lambda d: _with_point(d, scale))))
+
+
+def _wide_magnitude(hexed: Column, negative: Column) -> Column:
+    """|value| of 9 to 16 bytes of two's complement, as text (null over 38 digits)."""
+    from pyspark.sql import functions as F
+
+    # A negative number is -(its complement) - 1: the complement of each hex digit is a
+    # translation, and no 2^(8n) term is needed that would overflow 38 digits.
+    complement = F.translate(hexed, "0123456789ABCDEF", "FEDCBA9876543210")
+    magnitude = F.regexp_replace(F.when(negative, complement).otherwise(hexed), "^0+", "")
+    # Up to 32 hex digits (128 bits) in two unsigned 64-bit halves `conv` reads exactly.
+    padded = F.lpad(magnitude, 32, "0")
+    high = F.conv(padded.substr(F.lit(1), F.lit(16)), 16, 10).cast("decimal(38,0)")
+    low = F.conv(padded.substr(F.lit(17), F.lit(16)), 16, 10).cast("decimal(38,0)")
+    unsigned = F.try_add(F.try_multiply(high, F.lit(str(2**64)).cast("decimal(38,0)")), low)
+    one = F.lit(1).cast("decimal(38,0)")
+    signed = F.when(negative, F.try_add(unsigned, one)).otherwise(unsigned)
+    return F.when(F.length(magnitude) <= 32, signed.cast("decimal(38,0)").cast("string"))
+
+
+def _with_point(digits: Column, scale: Column) -> Column:
+    """Unscaled digits -> their text at `scale` (null digits stay null)."""
+    from pyspark.sql import functions as F
+
     # At least one digit before the point (lpad also cuts a longer string, hence greatest).
-    padded = F.lpad(plain, F.greatest(F.length(plain), scale + 1), "0")
-    cut = F.length(padded) - scale
-    text = F.when(
-        scale > 0,
-        F.concat(padded.substr(F.lit(1), cut), F.lit("."), padded.substr(cut + 1, scale)),
-    ).otherwise(padded)
-    ok = (n > 0) & digits.isNotNull() & scale.isNotNull() & (scale >= 0)
-    return F.when(ok, F.concat(F.when(negative, F.lit("-")).otherwise(F.lit("")), text))
+    padded = F.lpad(digits, F.greatest(F.length(digits), scale + 1), "0")
+
+    def point(p: Column) -> Column:
+        cut = F.length(p) - scale
+        return F.when(
+            scale > 0, F.concat(p.substr(F.lit(1), cut), F.lit("."), p.substr(cut + 1, scale))
+        ).otherwise(p)
+
+    return let(padded, point)
 
 
 def _variable_scale(t: Column) -> Column:
@@ -195,7 +233,7 @@ def _variable_scale(t: Column) -> Column:
     from pyspark.sql import functions as F
 
     parsed = F.from_json(t, "struct<scale:int,value:string>")
-    return _unscaled_text(parsed["value"], parsed["scale"])
+    return let(parsed, lambda p: _unscaled_text(p["value"], p["scale"]))
 
 
 def _timestamp(t: Column, encoding: str) -> Column:
@@ -230,6 +268,14 @@ def _time_of_day(t: Column, encoding: str) -> Column:
         "time_us": whole,
         "time_ns": F.when(whole % 1000 == 0, F.floor(whole / 1000)),
     }[encoding].cast("long")
+    iso = F.when(t.rlike(r"^\d{2}:\d{2}:\d{2}(\.\d{1,6})?$"), t)
+    return F.coalesce(iso, let(micros, _clock))
+
+
+def _clock(micros: Column) -> Column:
+    """Microseconds since midnight -> `HH:MM:SS[.ffffff]`, null outside [00:00, 24:00]."""
+    from pyspark.sql import functions as F
+
     seconds, fraction = F.floor(micros / 1_000_000).cast("long"), micros % 1_000_000
     text = F.concat(
         F.format_string(
@@ -239,27 +285,30 @@ def _time_of_day(t: Column, encoding: str) -> Column:
             fraction != 0, F.concat(F.lit("."), F.lpad(fraction.cast("string"), 6, "0"))
         ).otherwise(F.lit("")),
     )
-    iso = F.when(t.rlike(r"^\d{2}:\d{2}:\d{2}(\.\d{1,6})?$"), t)
-    return F.coalesce(iso, F.when(micros.between(0, 86_400_000_000), text))
+    return F.when(micros.between(0, 86_400_000_000), text)
 
 
 def decoded_columns(
     raw: Column, parsed: Column, struct: StructType, encodings: Mapping[str, str]
-) -> tuple[list[Column], Column]:
-    """Each top-level field decoded (aliased to its name), and an array of the names of the
-    fields that were present but did not decode."""
+) -> list[Column]:
+    """Each top-level field decoded, aliased to its name."""
+    values = []
+    for f in struct.fields:
+        value = decode(raw[f.name], f.dataType, encodings.get(f.name, ""))
+        values.append((parsed[f.name] if value is None else value).alias(f.name))
+    return values
+
+
+def mistyped_names(raw: Column, struct: StructType) -> Column:
+    """The names of the fields that were present in `raw` but did not decode, from the
+    decoded columns by name: selected after `decoded_columns`, so each decoder runs once."""
     from pyspark.sql import functions as F
 
-    values, mistyped = [], []
-    for f in struct.fields:
-        text = raw[f.name]
-        value = decode(text, f.dataType, encodings.get(f.name, ""))
-        if value is None:
-            value = parsed[f.name]
-        values.append(value.alias(f.name))
-        mistyped.append(F.when(text.isNotNull() & value.isNull(), F.lit(f.name)))
-    names = F.filter(F.array(*mistyped), lambda c: c.isNotNull()) if mistyped else F.array()
-    return values, names
+    mistyped = [
+        F.when(raw[f.name].isNotNull() & F.col(f"`{f.name}`").isNull(), F.lit(f.name))
+        for f in struct.fields
+    ]
+    return F.filter(F.array(*mistyped), lambda c: c.isNotNull()) if mistyped else F.array()
 
 
 def resolve_encodings(

@@ -133,11 +133,13 @@ def parse_records(
         "*", parsed.alias("_lh_parsed"), raw.alias("_lh_raw"), error.alias("_lh_error0")
     )
     parsed_col, raw_col = F.col("_lh_parsed"), F.col("_lh_raw")
-    values, mistyped = decode.decoded_columns(raw_col, parsed_col, schema.struct, schema.encodings)
+    values = decode.decoded_columns(raw_col, parsed_col, schema.struct, schema.encodings)
     unknown = F.array_except(F.map_keys(raw_col), declared)
     if metadata_prefix:
         unknown = F.filter(unknown, lambda k: ~k.startswith(metadata_prefix))
-    decoded = staged.select("*", *values, unknown.alias(UNKNOWN), mistyped.alias(MISTYPED))
+    decoded = staged.select("*", *values, unknown.alias(UNKNOWN)).select(
+        "*", decode.mistyped_names(raw_col, schema.struct).alias(MISTYPED)
+    )
     bad_names = F.array_union(F.col(UNKNOWN), F.col(MISTYPED))
     rescued = F.map_filter(raw_col, lambda k, _v: F.array_contains(bad_names, k))
     undecodable = F.when(
@@ -164,23 +166,29 @@ def _exact_numbers(raw: Column, text: Column, schema: ParsedSchema) -> Column:
     keeps the digits (up to 38). One more parse, only for tables with such columns."""
     from pyspark.sql import functions as F
 
+    # Only where a JSON number can carry the value: base64 decimals and epoch integers are
+    # strings or whole numbers the map keeps exactly.
     exact = [
         f.name
         for f in schema.struct.fields
-        if decode.kind_of(f.dataType) in ("decimal", "timestamp") and "'" not in f.name
+        if (decode.kind_of(f.dataType), schema.encodings.get(f.name, ""))
+        in (("decimal", ""), ("decimal", "text"), ("timestamp", "epoch_s"))
+        and "'" not in f.name
     ]
     if not exact:
         return raw
-    variant = F.try_parse_json(text)
 
-    def value(key: Column, current: Column) -> Column:
+    def value(variant: Column, key: Column, current: Column) -> Column:
         out = current
         for name in exact:
             digits = F.try_variant_get(variant, f"$['{name}']", "string")
             out = F.when(key == name, F.coalesce(digits, current)).otherwise(out)
         return out
 
-    return F.transform_values(raw, value)
+    # The text parsed once per record, not once per column (`decode.let`).
+    return decode.let(
+        F.try_parse_json(text), lambda v: F.transform_values(raw, lambda k, c: value(v, k, c))
+    )
 
 
 def explode_arrays(df: DataFrame, columns: Sequence[str]) -> DataFrame:

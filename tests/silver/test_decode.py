@@ -116,6 +116,36 @@ def test_debezium_precise_decimals_decode_from_their_unscaled_bytes(spark: Spark
     )
 
 
+def test_precise_decimals_decode_exactly_across_the_64_bit_edge_and_up_to_38_digits(
+    spark: SparkSession,
+) -> None:
+    def raw(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    check(
+        spark,
+        "decimal(38,0)",
+        "base64",
+        [
+            (b64(2**63 - 1), Decimal(2**63 - 1)),  # 8 bytes, the largest signed long
+            (b64(-(2**63)), Decimal(-(2**63))),
+            (b64(2**63), Decimal(2**63)),  # 9 bytes from here
+            (b64(-(2**63) - 1), Decimal(-(2**63) - 1)),
+            (b64(2**64), Decimal(2**64)),
+            (b64(-(2**64) - 5), Decimal(-(2**64) - 5)),
+            (b64(10**38 - 1), Decimal(10**38 - 1)),  # 16 bytes, 38 nines
+            (b64(-(10**38) + 1), Decimal(-(10**38) + 1)),
+            (b64(10**38), None),  # 39 digits: never stored cut or rounded
+            (b64(-(10**38)), None),
+            (b64(2**130), None),  # 17 bytes
+            (raw(b"\x00\x00\x01"), Decimal(1)),  # sign-extended, not minimal: still exact
+            (raw(b"\xff\xff\xff"), Decimal(-1)),
+            (raw(b"\x00" * 20 + b"\x07"), Decimal(7)),
+            ("", None),
+        ],
+    )
+
+
 def test_booleans_and_doubles_arrive_as_json_values_or_strings(spark: SparkSession) -> None:
     check(spark, "boolean", "", [("true", True), ("FALSE", False), ("1", None), ("yes", None)])
     check(spark, "double", "", [("1.5", 1.5), ("-2", -2.0), ("2e3", 2000.0), ("x", None)])
