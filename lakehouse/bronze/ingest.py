@@ -274,7 +274,7 @@ def _read_kafka(
         # Records of aborted transactions stay in the log; they never happened, so they are
         # not bronze data. A source may still ask for `isolation.level: read_uncommitted`.
         .option("kafka.isolation.level", "read_committed")
-        .options(**{f"kafka.{k}": v for k, v in source.kafka_options.items()})
+        .options(**{f"kafka.{k}": v for k, v in source.client_options().items()})
         .option("includeHeaders", "true")
         # Every loss fails the query; `retention` names it, and records it when allowed.
         .option("failOnDataLoss", "true")

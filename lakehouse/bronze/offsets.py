@@ -165,7 +165,7 @@ def topic_partitions(kafka: KafkaSettings, source: SourceSettings) -> dict[str, 
 
     from lakehouse.core.kafka import client_config
 
-    meta = AdminClient(client_config(kafka, **source.kafka_options)).list_topics(timeout=30)
+    meta = AdminClient(client_config(kafka, **source.client_options())).list_topics(timeout=30)
     if source.topics:
         wanted = [t for t in source.topics if t in meta.topics]
     else:

@@ -63,7 +63,7 @@ def lost_while_reading(source: str, error: BaseException) -> LostWhileReading | 
 def find(settings: Settings, source: SourceSettings, needed: Offsets) -> tuple[list[Gap], Marks]:
     """The ranges of `needed` (offsets we rely on Kafka still holding) it no longer holds."""
     # Only ask Kafka for watermarks when there is an offset we rely on it still holding.
-    marks = kafka.watermarks(settings.kafka, needed, source.kafka_options) if needed else {}
+    marks = kafka.watermarks(settings.kafka, needed, source.client_options()) if needed else {}
     return offsets.find_gaps(needed, marks), marks
 
 

@@ -229,6 +229,8 @@ def _coerce(hint: Any, value: Any, origin: Mapping[str, str], dotted: str) -> An
             return {str(k): build(item, v, origin, f"{dotted}.{k}.") for k, v in value.items()}
         if item is Any:  # free-form arguments (e.g. an expectation's kwargs): YAML types kept
             return {str(k): v for k, v in value.items()}
+        if item == str | Secret:  # options that may hold references: resolved when used
+            return {str(k): _maybe_secret(str(v), place, f"{dotted}.{k}") for k, v in value.items()}
         return {str(k): interpolate(str(v), place, f"{dotted}.{k}") for k, v in value.items()}
     if kind is tuple and _is_dataclass(typing.get_args(hint)[0]):
         if not isinstance(value, list):
@@ -254,6 +256,17 @@ def _secret(value: Any, where: str, dotted: str) -> Secret:
             "'${POSTGRES_PASSWORD}'; put the value in .env (see .env.example), never in YAML"
         )
     return Secret(value.strip(), where, dotted)
+
+
+def _maybe_secret(value: str, where: str, dotted: str) -> str | Secret:
+    return Secret(value, where, dotted) if _REF.search(value) else value
+
+
+def resolved(options: Mapping[str, str | Secret]) -> dict[str, str]:
+    """`options` with each reference resolved (a missing variable raises `SettingsError`
+    naming the file and key): called by what uses them, so a job never fails on a secret it
+    does not use."""
+    return {k: v.get() if isinstance(v, Secret) else v for k, v in options.items()}
 
 
 def interpolate(value: str, where: str, dotted: str) -> str:

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from lakehouse.core.config import Secret, resolved
+
 SOURCE_KINDS = ("events", "cdc")
 # What a record's value is: one JSON event; Feldera's insert_delete changes
 # (`{"insert": row}` / `{"delete": row}`, or an array of them); a Debezium change (CDC).
@@ -38,8 +40,10 @@ class SourceSettings:
     trigger_interval: str = "10 seconds"
     # Values larger than this are kept in bronze but not parsed (flagged `oversize`).
     max_value_bytes: int = 1_048_576
-    # Passed through to Spark's Kafka source with the `kafka.` prefix (may hold ${SECRET}s).
-    kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
+    # Passed through to Spark's Kafka source with the `kafka.` prefix. A value may hold
+    # ${SECRET} references, resolved by `client_options` when this source is read, so one
+    # source's missing secret never stops another source's job.
+    kafka_options: dict[str, str | Secret] = field(default_factory=dict, repr=False)
     # CDC: the Debezium connector's `decimal.handling.mode` and `time.precision.mode` (its
     # defaults here too): how numeric, timestamp and date values are encoded on the topic.
     decimal_handling_mode: str = "precise"
@@ -75,6 +79,11 @@ class SourceSettings:
             raise ValueError("'max_offsets_per_trigger' must be >= 0 (0 means unbounded)")
         if self.bronze_table and not re.fullmatch(r"[a-z][a-z0-9_]*", self.bronze_table):
             raise ValueError("'bronze_table' must be lower_snake_case")
+
+    def client_options(self) -> dict[str, str]:
+        """`kafka_options` with their references resolved (`SettingsError` names a missing
+        variable with the file and key that asked for it)."""
+        return resolved(self.kafka_options)
 
     @property
     def records(self) -> str:

@@ -204,27 +204,32 @@ def test_unknown_silver_table_lists_known(tmp_path: Path) -> None:
         load_settings("dev", conf_dir=conf).silver_table("nope")
 
 
-def test_kafka_options_take_secret_references_and_never_show_them(
+def test_kafka_options_take_secret_references_resolved_only_when_that_source_is_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """README: a source's `kafka_options` values may be `${SECRET}` references."""
+    """README: a source's `kafka_options` values may be `${SECRET}` references. They are
+    resolved when the source is read, so another source's job never needs them."""
     source = (
         "sources:\n  feed:\n    kind: events\n    topics: [feed]\n    kafka_options:\n"
         "      security.protocol: SASL_SSL\n"
-        "      sasl.jaas.config: ${TEST_KAFKA_JAAS}\n"
+        '      sasl.jaas.config: password="${TEST_KAFKA_JAAS}";\n'
+        "  other:\n    kind: events\n    topics: [other]\n"
     )
     conf = write_conf(tmp_path, BASE)
     (conf / "base" / "sources.yml").write_text(source)
     monkeypatch.setenv("TEST_KAFKA_JAAS", "jaas-s3cret")
     settings = load_settings("dev", conf_dir=conf)
-    assert settings.sources["feed"].kafka_options == {
+    assert settings.sources["feed"].client_options() == {
         "security.protocol": "SASL_SSL",
-        "sasl.jaas.config": "jaas-s3cret",
+        "sasl.jaas.config": 'password="jaas-s3cret";',
     }
     assert "jaas-s3cret" not in repr(settings)
+    assert "jaas-s3cret" not in repr(settings.sources["feed"].kafka_options)
     monkeypatch.delenv("TEST_KAFKA_JAAS")
+    settings = load_settings("dev", conf_dir=conf)  # loads: nothing has used the secret yet
+    assert settings.sources["other"].client_options() == {}
     with pytest.raises(SettingsError) as err:
-        load_settings("dev", conf_dir=conf)
+        settings.sources["feed"].client_options()
     assert str(err.value).startswith(
         "conf/base/sources.yml: 'sources.feed.kafka_options.sasl.jaas.config' needs environment "
         "variable TEST_KAFKA_JAAS, which is not set"

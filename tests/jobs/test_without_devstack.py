@@ -1,5 +1,6 @@
 """The jobs run where there is no dev stack: a configuration without `postgres` and `connect`
-sections, no `.env` and no `POSTGRES_PASSWORD` (a cluster node, a scheduler's worker)."""
+sections, no `.env` and no `POSTGRES_PASSWORD` (a cluster node, a scheduler's worker), and
+without the secret of a source they do not read."""
 
 from __future__ import annotations
 
@@ -81,6 +82,12 @@ def test_every_job_runs_without_postgres_settings_or_password(
             "sources": {
                 events: {"kind": "events", "topics": [topic]},
                 cdc: {"kind": "cdc", "topics": [cdc_topic]},
+                # A source whose secret this machine lacks: only its own jobs may need it.
+                f"{events}_locked": {
+                    "kind": "events",
+                    "topics": [f"{topic}-locked"],
+                    "kafka_options": {"sasl.password": "${NODEV_UNSET_KAFKA_SECRET}"},
+                },
             },
             "silver": {
                 orders: {"source": events, "mode": "append", "schema": ORDER_SCHEMA},
