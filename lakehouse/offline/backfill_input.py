@@ -200,12 +200,11 @@ def check_rules(
     refusing = []
     for rule in declared:
         passed, failed = per_rule[rule.name]
-        tolerated = (
-            rule.action == "fail"
-            and rule.mostly < 1
-            and not rule.verdict_fails(failed, rules.judged(evaluated, rule, passed + failed))
-        )
-        if rule.action in ("quarantine", "fail") and failed and not tolerated:
+        if (
+            rule.action in ("quarantine", "fail")
+            and failed
+            and not rules.tolerated(evaluated, rule, passed, failed)
+        ):
             failing = evaluated.where(rules.fails(declared, rule.name))
             sample = [
                 r.asDict()

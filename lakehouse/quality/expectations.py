@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.core.specs import EXPECTATION_ACTIONS, SNAKE
@@ -105,20 +105,23 @@ def _literal(value: Any) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-# The Great Expectations column expectations the per-batch engine evaluates, with the kwargs
-# each takes; any other kwarg is refused rather than ignored (it would change the meaning).
-GX_ROW_RULES: dict[str, tuple[str, ...]] = {
-    "expect_column_values_to_not_be_null": ("column", "mostly"),
-    "expect_column_values_to_be_between": (
-        "column",
-        "min_value",
-        "max_value",
-        "strict_min",
-        "strict_max",
-        "mostly",
+class GxRule(NamedTuple):
+    """A Great Expectations column expectation the per-batch engine evaluates: the kwargs it
+    takes (any other is refused rather than ignored: it would change the meaning), and whether
+    it judges NULLs (Great Expectations lets a NULL pass every column rule but not_null, and
+    `mostly` counts only the rows a rule judges)."""
+
+    kwargs: tuple[str, ...]
+    judges_nulls: bool = False
+
+
+GX_ROW_RULES: dict[str, GxRule] = {
+    "expect_column_values_to_not_be_null": GxRule(("column", "mostly"), judges_nulls=True),
+    "expect_column_values_to_be_between": GxRule(
+        ("column", "min_value", "max_value", "strict_min", "strict_max", "mostly")
     ),
-    "expect_column_values_to_be_in_set": ("column", "value_set", "mostly"),
-    "expect_column_values_to_match_regex": ("column", "regex", "mostly"),
+    "expect_column_values_to_be_in_set": GxRule(("column", "value_set", "mostly")),
+    "expect_column_values_to_match_regex": GxRule(("column", "regex", "mostly")),
 }
 
 
@@ -129,23 +132,22 @@ def _check_kwargs(name: str, kind: str, args: Mapping[str, Any]) -> None:
             f"{', '.join(GX_ROW_RULES)} or a SQL rule (other types belong in "
             "table_expectations, checked by lakehouse validate)"
         )
-    unknown = sorted(set(args) - set(GX_ROW_RULES[kind]))
+    unknown = sorted(set(args) - set(GX_ROW_RULES[kind].kwargs))
     if unknown:
         raise ExpectationError(
             f"expectation {name!r} ({kind}): kwargs {unknown} are not supported per batch; "
-            f"it takes {', '.join(GX_ROW_RULES[kind])}"
+            f"it takes {', '.join(GX_ROW_RULES[kind].kwargs)}"
         )
 
 
 def great_expectation_sql(name: str, kind: str, args: Mapping[str, Any]) -> str:
     """The SQL for a Great Expectations column expectation (the row-level ones), true for the
-    rows that pass: a NULL passes every one but not_null (Great Expectations does not judge
-    it)."""
+    rows that pass: a NULL passes unless the rule judges NULLs (`GxRule`)."""
     _check_kwargs(name, kind, args)
     column = _column(args, name)
     if kind == "expect_column_values_to_not_be_null":
-        return f"{column} IS NOT NULL"
-    if kind == "expect_column_values_to_be_between":
+        condition = f"{column} IS NOT NULL"
+    elif kind == "expect_column_values_to_be_between":
         low, high = args.get("min_value"), args.get("max_value")
         if low is None and high is None:
             raise ExpectationError(f"expectation {name!r}: give min_value and/or max_value")
@@ -165,7 +167,7 @@ def great_expectation_sql(name: str, kind: str, args: Mapping[str, Any]) -> str:
         if not isinstance(regex, str):
             raise ExpectationError(f"expectation {name!r}: regex must be a string")
         condition = f"{column} RLIKE {_literal(regex)}"
-    return f"({column} IS NULL OR ({condition}))"
+    return condition if GX_ROW_RULES[kind].judges_nulls else f"({column} IS NULL OR ({condition}))"
 
 
 def _mostly(name: str, args: Mapping[str, Any]) -> float:
@@ -183,11 +185,12 @@ def from_settings(declared: Sequence[ExpectationSettings]) -> list[Expectation]:
             built.append(Expectation(d.name, d.sql, d.action))
             continue
         kind = d.expect.strip()
-        skips = None if kind == "expect_column_values_to_not_be_null" else _column(d.kwargs, d.name)
+        sql = great_expectation_sql(d.name, kind, d.kwargs)
+        skips = None if GX_ROW_RULES[kind].judges_nulls else _column(d.kwargs, d.name)
         built.append(
             Expectation(
                 d.name,
-                great_expectation_sql(d.name, kind, d.kwargs),
+                sql,
                 d.action,
                 _mostly(d.name, d.kwargs),
                 skips,
@@ -309,9 +312,7 @@ def check_fail_rules(
     row, or with `mostly` fewer passing than it asks), with a sample of rows."""
     for e in expectations:
         passed, failed = counts.get(e.name, (0, 0))
-        if e.action != "fail" or failed == 0:
-            continue
-        if e.mostly < 1 and not e.verdict_fails(failed, judged(evaluated, e, passed + failed)):
+        if e.action != "fail" or failed == 0 or tolerated(evaluated, e, passed, failed):
             continue
         sample = (
             evaluated.where(fails(expectations, e.name))
@@ -320,6 +321,16 @@ def check_fail_rules(
             .collect()
         )
         raise ExpectationFailed(e.name, failed, [r.asDict() for r in sample])
+
+
+def tolerated(evaluated: DataFrame, e: Expectation, passed: int, failed: int) -> bool:
+    """Whether a `fail` rule's failing rows are tolerated: its `mostly` verdict passes over
+    the rows it judges. The one place that decides it (refine, replay, gold, backfill)."""
+    return (
+        e.action == "fail"
+        and e.mostly < 1
+        and not e.verdict_fails(failed, judged(evaluated, e, passed + failed))
+    )
 
 
 def judged(evaluated: DataFrame, e: Expectation, rows: int) -> int:
