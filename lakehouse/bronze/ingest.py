@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from lakehouse.bronze import historical, offsets, retention
 from lakehouse.bronze import transform as bronze
 from lakehouse.bronze.offsets import Offsets, StartFrom, StartFromError
-from lakehouse.core import fs, protection, tables
+from lakehouse.core import fs, kafka, protection, tables
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.kafka import spark_options
 from lakehouse.core.settings import Settings, SettingsError
@@ -154,6 +154,18 @@ def _run(
     else:
         start = options.start_from or _default_start(spark, path, options.source)
         starting, needed = _starting_offsets(spark, settings, source, start, path, options.source)
+    deleted = retention.deleted_topics(settings, source, needed)
+    if deleted:
+        retention.accept_deleted(spark, settings, options.source, deleted, options.allow_data_loss)
+        if has_checkpoint:
+            # Spark refuses to resume a checkpoint with partitions that are gone: start a new
+            # one where bronze ends in the topics that remain (as after a gap, below).
+            fs.delete(spark, checkpoint)
+            has_checkpoint, start = False, StartFrom("bronze")
+            starting, needed = _starting_offsets(
+                spark, settings, source, start, path, options.source
+            )
+        needed = {t: parts for t, parts in needed.items() if t not in deleted}
     gaps, marks = retention.find(settings, source, needed)
     rewound = offsets.find_rewound(needed, marks)
     if rewound:
@@ -257,8 +269,14 @@ def _starting_offsets(
             )
         explicit = offsets.complete(start.offsets, partitions)
         return explicit, offsets.concrete(explicit)
-    resume = offsets.complete(offsets.bronze_resume_offsets(spark, path, name), partitions)
-    return resume, offsets.concrete(resume)
+    written = offsets.bronze_resume_offsets(spark, path, name)
+    resume = offsets.complete(written, partitions)
+    # A topic bronze read that the broker no longer has: not read again, but what it held
+    # after bronze's last offset is gone, so it stays in what is needed, to be named.
+    unread = {t: parts for t, parts in written.items() if t not in partitions}
+    existing = kafka.topic_names(settings.kafka, source.client_options()) if unread else set()
+    gone = {t: parts for t, parts in unread.items() if t not in existing}
+    return resume, {**offsets.concrete(resume), **gone}
 
 
 def _read_kafka(

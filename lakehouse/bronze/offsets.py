@@ -48,6 +48,24 @@ class TopicRewound(DataLoss):
         )
 
 
+class TopicDeleted(DataLoss):
+    """A topic bronze was reading no longer exists (a `topic_pattern` source's topic was
+    deleted): what it received after the last offset bronze holds cannot be read any more."""
+
+    def __init__(self, source: str, deleted: Offsets) -> None:
+        self.deleted = deleted
+        parts = "; ".join(
+            f"{t} partition {p} no longer exists; bronze holds it up to offset {at - 1}"
+            for t, by_partition in sorted(deleted.items())
+            for p, at in sorted(by_partition.items())
+        )
+        super().__init__(
+            f"{parts}. Records it received after those, before it was deleted, cannot be "
+            f"read any more. Nothing was read. Run {source!r} with --allow-data-loss to record "
+            "this in _system/ingest_log and go on with the other topics"
+        )
+
+
 class DataLossError(DataLoss):
     """Kafka no longer holds offsets the job needs (retention). Names every missing range."""
 

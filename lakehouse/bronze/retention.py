@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lakehouse.bronze import offsets
-from lakehouse.bronze.offsets import DataLossError, Gap, Offsets
+from lakehouse.bronze.offsets import DataLossError, Gap, Offsets, TopicDeleted
 from lakehouse.core import faults, kafka, system
 from lakehouse.core.errors import DataLoss
 from lakehouse.core.settings import Settings
@@ -65,6 +65,42 @@ def find(settings: Settings, source: SourceSettings, needed: Offsets) -> tuple[l
     # Only ask Kafka for watermarks when there is an offset we rely on it still holding.
     marks = kafka.watermarks(settings.kafka, needed, source.client_options()) if needed else {}
     return offsets.find_gaps(needed, marks), marks
+
+
+def deleted_topics(settings: Settings, source: SourceSettings, needed: Offsets) -> Offsets:
+    """The topics of `needed` (where bronze resumes) that the broker no longer has."""
+    if not needed:
+        return {}
+    existing = kafka.topic_names(settings.kafka, source.client_options())
+    return {topic: parts for topic, parts in needed.items() if topic not in existing}
+
+
+def accept_deleted(
+    spark: SparkSession, settings: Settings, name: str, deleted: Offsets, allowed: bool
+) -> None:
+    """Refuse reading on without deleted topics (TopicDeleted, exit 3) unless `allowed`; then
+    record each deleted partition and where bronze stopped in it, once."""
+    if not allowed:
+        raise TopicDeleted(name, deleted)
+    recorded = {
+        (e.get("topic"), e.get("partition"), e.get("first_missing"))
+        for e in system.read_log(spark, settings, system.INGEST_LOG, name)
+        if e["event"] == "topic_deleted"
+    }
+    for topic, parts in sorted(deleted.items()):
+        for partition, first_missing in sorted(parts.items()):
+            log.warning(
+                "--allow-data-loss: %s partition %d was deleted; bronze holds it up to offset "
+                "%d, going on without it",
+                topic,
+                partition,
+                first_missing - 1,
+            )
+            if (topic, partition, first_missing) in recorded:
+                continue
+            record = {"topic": topic, "partition": partition, "first_missing": first_missing}
+            event = {"event": "topic_deleted", "subject": name, **record}
+            system.append_log(spark, settings, system.INGEST_LOG, event)
 
 
 def accept(

@@ -66,6 +66,17 @@ def delete_topics(kafka: KafkaSettings, topics: Iterable[str], timeout_s: float 
         future.result(timeout=timeout_s)
 
 
+def topic_names(
+    kafka: KafkaSettings, options: Mapping[str, str] | None = None, timeout_s: float = 30.0
+) -> set[str]:
+    """The topics the broker has now."""
+    from confluent_kafka.admin import AdminClient
+
+    return set(
+        AdminClient(client_config(kafka, **(options or {}))).list_topics(timeout=timeout_s).topics
+    )
+
+
 def watermarks(
     kafka: KafkaSettings,
     partitions: Mapping[str, Iterable[int]],

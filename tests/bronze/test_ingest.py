@@ -23,12 +23,20 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from lakehouse.bronze.offsets import DataLossError, Gap, StartFrom, StartFromError, TopicRewound
+from lakehouse.bronze.offsets import (
+    DataLossError,
+    Gap,
+    StartFrom,
+    StartFromError,
+    TopicDeleted,
+    TopicRewound,
+)
 from lakehouse.bronze.transform import BRONZE_PROPERTIES, bronze_schema, kafka_to_bronze
 from lakehouse.core import kafka, system, tables
 from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import java_class
+from lakehouse.core.specs import SourceSettings
 from tests.bronze.helpers import (
     bronze,
     delete_records,
@@ -587,7 +595,6 @@ def test_a_topic_pattern_source_reads_every_match_and_a_new_topic_from_its_start
     offsets are exactly those it reads; partitions no start names begin at earliest, so a
     topic created after the checkpoint loses none of its first records."""
     from lakehouse.bronze.offsets import topic_partitions
-    from lakehouse.core.specs import SourceSettings
 
     prefix = f"pat{uuid.uuid4().hex[:8]}"
     first, later, inside, anchored = f"{prefix}.a", f"{prefix}.b", f"x{prefix}.c", f"{prefix}x"
@@ -656,3 +663,68 @@ def test_a_recreated_topic_is_named_and_never_resumed_past_its_new_records(
     )
     assert "deleted and created again" in str(err.value)
     assert sorted(r["offset"] for r in bronze(spark, settings, name).collect()) == list(range(10))
+
+
+def delete_topic(settings: Settings, topic: str) -> None:
+    kafka.delete_topics(settings.kafka, [topic])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if topic not in kafka.topic_names(settings.kafka):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{topic} was not deleted")
+
+
+@pytest.mark.parametrize(
+    ("allow_data_loss", "checkpoint_lost"), [(False, False), (False, True), (True, False)]
+)
+def test_a_deleted_topic_of_a_pattern_source_is_named_and_the_others_go_on_when_allowed(
+    spark: SparkSession, kafka_up: Settings, allow_data_loss: bool, checkpoint_lost: bool
+) -> None:
+    """A topic matched by `topic_pattern` was deleted after bronze read it up to offset 1:
+    whatever it received after that is gone. Refused with exit 3 naming the topic and where
+    bronze stopped (also when the job resumes from bronze, its checkpoint lost); with
+    --allow-data-loss recorded once in the ingest log, and the other topics go on (a later
+    run without the flag too)."""
+    prefix = f"del{uuid.uuid4().hex[:8]}"
+    kept, doomed = f"{prefix}.kept", f"{prefix}.doomed"
+    for topic in (kept, doomed):
+        kafka.ensure_topic(kafka_up.kafka, topic, partitions=1)
+    name = f"s{prefix}"
+    source = SourceSettings(kind="events", topic_pattern=rf"^{prefix}\.")
+    settings = replace(kafka_up, sources={**kafka_up.sources, name: source})
+    kafka.produce(settings.kafka, kept, [(None, b"k0", 0)])
+    kafka.produce(settings.kafka, doomed, [(None, b"d0", 0), (None, b"d1", 0)])
+    run_ingest(spark, settings, name)
+    delete_topic(settings, doomed)
+    kafka.produce(settings.kafka, kept, [(None, b"k1", 0)])
+    if checkpoint_lost:
+        shutil.rmtree(tables.checkpoint_path(settings, "ingest", name))
+
+    def landed() -> list[tuple[str, int, str]]:
+        rows = bronze(spark, settings, name).selectExpr(
+            "topic", "offset", "CAST(value AS STRING) AS value"
+        )
+        return sorted(tuple(r) for r in rows.collect())
+
+    before = [(doomed, 0, "d0"), (doomed, 1, "d1"), (kept, 0, "k0")]
+    if not allow_data_loss:
+        with pytest.raises(TopicDeleted) as err:
+            run_ingest(spark, settings, name)
+        assert err.value.exit_code == 3
+        assert f"{doomed} partition 0 no longer exists; bronze holds it up to offset 1" in str(
+            err.value
+        )
+        assert "--allow-data-loss" in str(err.value)
+        assert landed() == before
+        return
+    run_ingest(spark, settings, name, allow_data_loss=True)
+    kafka.produce(settings.kafka, kept, [(None, b"k2", 0)])
+    run_ingest(spark, settings, name)  # no flag needed any more
+    assert landed() == [*before, (kept, 1, "k1"), (kept, 2, "k2")]
+    events = [
+        (e["event"], e["topic"], e["partition"], e["first_missing"])
+        for e in system.read_log(spark, settings, system.INGEST_LOG, name)
+        if e["event"] == "topic_deleted"
+    ]
+    assert events == [("topic_deleted", doomed, 0, 2)]
