@@ -62,10 +62,12 @@ def bronze_summary(spark: SparkSession, settings: Settings) -> DataFrame:
 
 
 def _gap_counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
+    """Losses --allow-data-loss recorded, per source: missing ranges and deleted partitions."""
     path = system.path(settings, system.INGEST_LOG)
     if not tables.exists(spark, path):
         return {}
-    rows = spark.read.format("delta").load(path).where("event = 'gap'").groupBy("subject").count()
+    log = spark.read.format("delta").load(path)
+    rows = log.where("event IN ('gap', 'topic_deleted')").groupBy("subject").count()
     return {r["subject"]: int(r["count"]) for r in rows.collect()}
 
 

@@ -37,6 +37,7 @@ from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import java_class
 from lakehouse.core.specs import SourceSettings
+from lakehouse.status import bronze_summary
 from tests.bronze.helpers import (
     bronze,
     delete_records,
@@ -728,3 +729,5 @@ def test_a_deleted_topic_of_a_pattern_source_is_named_and_the_others_go_on_when_
         if e["event"] == "topic_deleted"
     ]
     assert events == [("topic_deleted", doomed, 0, 2)]
+    summary = bronze_summary(spark, settings).where(f"source = '{name}'")
+    assert [r["gaps_recorded"] for r in summary.collect()] == [1]  # `lakehouse status` shows it
