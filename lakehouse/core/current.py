@@ -4,8 +4,10 @@ the offline layer, validation, status, the demo and the tests.
 Keyed silver tables keep bookkeeping columns, all named `__*`:
 - upsert / SCD1: one row per key with its position `__seq`; a delete leaves a tombstone
   (`__deleted`, since `__deleted_at`) so a late, older change cannot resurrect the key;
+  `__snapshot`: the row is a snapshot read that no change of its key has followed yet;
 - SCD2: one row per version of a key, `[__start_seq, __end_seq)` and `[__start_at, __end_at)`;
-  the current version has `__end_seq IS NULL`; `__seq` is the last change folded into it.
+  the current version has `__end_seq IS NULL`; `__seq` is the last change folded into it,
+  `__snapshot`: it is current and that change is a snapshot read.
 Append tables have none: every row is current.
 """
 
@@ -18,6 +20,9 @@ if TYPE_CHECKING:
 
 BOOKKEEPING = "__"  # the prefix of every bookkeeping column
 TARGET_SEQ, DELETED, DELETED_AT = "__seq", "__deleted", "__deleted_at"
+# A change arriving after a snapshot read of its key replaces it whatever its position:
+# `lakehouse.silver.changes.snapshot_position`.
+SNAPSHOT = "__snapshot"
 START_SEQ, END_SEQ, START_AT, END_AT = "__start_seq", "__end_seq", "__start_at", "__end_at"
 
 

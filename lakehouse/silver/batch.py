@@ -25,7 +25,7 @@ from lakehouse.quality.expectations import (
 from lakehouse.quality.metrics import BatchCounts, metrics_rows
 from lakehouse.silver import scd1, scd2, toast, tombstones
 from lakehouse.silver import transform as silver
-from lakehouse.silver.changes import ARRIVAL, OP, SEQ, TRUNCATE, TS
+from lakehouse.silver.changes import ARRIVAL, OP, SEQ, SNAPSHOT_READ, TRUNCATE, TS
 from lakehouse.silver.plan import EVOLVED, Plan, row_columns, transform
 from lakehouse.silver.transform import SchemaDriftError
 
@@ -41,6 +41,7 @@ class BatchStats(BatchCounts):
 
     unknown_fields: frozenset[str]
     truncates: tuple[tuple[int, Any], ...]
+    snapshot_reads: int
     # Per declared column with values that did not decode into its type: how many.
     undecoded: dict[str, int] = field(default_factory=dict)
 
@@ -64,7 +65,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             return refine_batch(batch, batch_id, plan)  # parsed again with the new columns
         check_fail_rules(evaluated.drop(*silver.TRANSIENT), plan.expectations, stats.per_rule)
         kept_rows = kept(evaluated, plan.expectations)
-        write_silver(spark, plan, kept_rows, stats.written, batch_id, stats.truncates)
+        write_silver(spark, plan, kept_rows, stats, batch_id)
         if stats.quarantined:
             rejected = silver.quarantine_rows(
                 quarantined(evaluated, plan.expectations), plan.name, plan.run_id, batch_id
@@ -205,10 +206,12 @@ def batch_stats(
     if is_cdc:
         truncate = F.when(F.col(OP) == TRUNCATE, F.struct(SEQ, TS))
         aggregates.append(F.collect_list(truncate).alias("_truncates"))
+        aggregates.append(count_if(F.col(OP) == SNAPSHOT_READ).alias("_snapshot_reads"))
     row: Row = evaluated.agg(*aggregates).collect()[0]
     rows = int(row["_rows"])
     per_rule = {e.name: (rows - int(row[e.name] or 0), int(row[e.name] or 0)) for e in expectations}
     truncates = tuple((int(t[0]), t[1]) for t in row["_truncates"]) if is_cdc else ()
+    snapshot_reads = int(row["_snapshot_reads"] or 0) if is_cdc else 0
     return BatchStats(
         rows,
         int(row["_written"] or 0),
@@ -217,6 +220,7 @@ def batch_stats(
         per_rule,
         frozenset(row["_unknown"] or ()),
         truncates,
+        snapshot_reads,
         {c: int(n) for i, c in enumerate(columns) if (n := row[f"_undecoded_{i}"] or 0)},
     )
 
@@ -225,47 +229,53 @@ def write_silver(
     spark: SparkSession,
     plan: Plan,
     rows: DataFrame,
-    count: int,
+    stats: BatchStats,
     batch_id: int,
-    truncates: Sequence[tuple[int, Any]],
 ) -> None:
-    """`count`: how many rows `rows` holds (from the batch's one aggregation), so the MERGE
-    need not count them again to decide on broadcasting."""
+    """`stats`: the batch's figures (its one aggregation): how many rows `rows` holds, so the
+    MERGE need not count them again to decide on broadcasting, its truncates and whether it
+    holds snapshot reads."""
     from pyspark.sql import functions as F
 
     columns = row_columns(rows)
-    mode, keys = plan.table.mode, list(plan.table.keys)
+    mode, keys, count = plan.table.mode, list(plan.table.keys), stats.written
     if mode == "append":
         tables.append_once(
             rows.select(*[f"`{c}`" for c in columns]), plan.path, plan.app_id, batch_id
         )
         return
-    # Bronze lineage orders changes of a key at the same position: the first arrival wins.
-    # Not for SCD2: its batch is unioned with changes rebuilt from the target, which have no
-    # lineage, and a CDC position repeats only in a replay of the same change.
+    # Bronze lineage: the first arrival wins between changes of a key at the same position,
+    # and a change arriving after a snapshot read replaces it (`changes.snapshot_position`).
     arrival = F.struct(silver.TOPIC, silver.PARTITION, silver.OFFSET).alias(ARRIVAL)
     if mode == "upsert":
         changes = silver.event_upserts(rows, plan.table.sequence_by).select(
             *[f"`{c}`" for c in columns], OP, SEQ, arrival
         )
         with tables.transaction(spark, plan.app_id, batch_id):
-            scd1.apply_scd1(spark, plan.path, changes, keys, rows=count)
+            scd1.apply_scd1(spark, plan.path, changes, keys, rows=count, snapshot_reads=False)
         return
     changes = rows.where(f"{OP} <> '{TRUNCATE}'").select(
-        *[f"`{c}`" for c in columns], OP, SEQ, TS, *([arrival] if mode == "scd1" else [])
+        *[f"`{c}`" for c in columns], OP, SEQ, TS, arrival
     )
     # Changes and truncates apply in source order: the changes before the first truncate, the
     # truncate, the changes up to the next, ... (a truncate-and-reload in one batch keeps the
     # reload). Each commit of the batch has its own app id: Delta skips a commit whose app id
     # already reached this batch, so a crash between two redoes only the ones after.
     if mode == "scd1":
-        apply = partial(scd1.apply_scd1, spark, plan.path, keys=keys, rows=count)
+        apply = partial(
+            scd1.apply_scd1,
+            spark,
+            plan.path,
+            keys=keys,
+            rows=count,
+            snapshot_reads=stats.snapshot_reads > 0,
+        )
         truncate = partial(scd1.apply_truncate_scd1, spark, plan.path)
     else:
         track = list(plan.table.track_columns)
         apply = partial(scd2.apply_scd2, spark, plan.path, keys=keys, track_columns=track)
         truncate = partial(scd2.apply_truncate_scd2, spark, plan.path)
-    ordered = sorted(truncates, key=lambda t: t[0])
+    ordered = sorted(stats.truncates, key=lambda t: t[0])
     for i, (lower, upper) in enumerate(pairwise([None, *[t[0] for t in ordered], None])):
         part = changes
         if lower is not None:

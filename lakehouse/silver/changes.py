@@ -4,7 +4,8 @@ A change is a row of the table's columns (the after-image; for a delete the key 
 the before-image carried) plus:
 - `_op`: c (create), u (update), r (snapshot read), d (delete) or t (a table-wide truncate);
 - `_seq`: a number that orders the changes of one key (PostgreSQL: the change's LSN; events:
-  the `sequence_by` column);
+  the `sequence_by` column), but for a snapshot read followed by an older-looking change
+  (`snapshot_position`);
 - `_ts`: optionally the source commit time of the change (may be null);
 - `_arrival`: optionally where the change arrived (its bronze topic, partition and offset),
   which only breaks ties between changes of one key at the same `_seq`.
@@ -16,13 +17,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 OP, SEQ, TS = "_op", "_seq", "_ts"
 # Optional: where a change arrived (anything orderable, e.g. its Kafka topic, partition and
 # offset). It only breaks ties between changes of one key at the same `_seq`.
 ARRIVAL = "_arrival"
-UPSERT_OPS = ("c", "u", "r")
+SNAPSHOT_READ = "r"
+UPSERT_OPS = ("c", "u", SNAPSHOT_READ)
 DELETE, TRUNCATE = "d", "t"
 CHANGE_META = (OP, SEQ, TS, ARRIVAL)
 
@@ -46,4 +48,39 @@ def latest_per_key(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
         .withColumn("_rank", F.row_number().over(order))
         .where("_rank = 1")
         .drop("_rank")
+    )
+
+
+def snapshot_position(
+    keys: Sequence[str], is_snapshot: Column, arrival: Column, streamed: Column
+) -> Column:
+    """The `_seq` a change applies at: its own, but a snapshot read moves to just below the
+    lowest `_seq` of the changes of its key that arrive after it (`streamed` and not a snapshot
+    read, later by `arrival`) when that is at or below its own.
+
+    Why: a snapshot read's position is where the WAL was when the snapshot started (PostgreSQL:
+    `pg_current_wal_lsn()`), but a transaction open then commits after the snapshot with changes
+    written to the WAL before that position. The snapshot read the row as it was before that
+    transaction, and the connector streams the transaction whole after the snapshot, so only
+    arrival says its change is the newer one (Debezium's `source.sequence` does not: it carries
+    the previous transaction's commit, null right after a snapshot). A change of a key arriving
+    after the key's snapshot read was committed after the snapshot began: changes committed
+    before it were in the snapshot, and the connector streams from the snapshot's position.
+
+    Between streamed changes the position decides as before (a replay arrives after newer
+    changes and must lose); a snapshot read against what came before it too (a snapshot taken
+    later starts at a later WAL position than anything streamed before it). One position below
+    the change is free: a WAL record starts where no other one does, and none of the key's
+    changes lies between (the open transaction held the row's lock)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    later = (
+        Window.partitionBy(*[F.col(f"`{k}`") for k in keys])
+        .orderBy(arrival.desc_nulls_last())
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    lowest_later = F.min(F.when(streamed & ~is_snapshot, F.col(SEQ))).over(later)
+    return F.when(is_snapshot & (lowest_later <= F.col(SEQ)), lowest_later - 1).otherwise(
+        F.col(SEQ)
     )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.bronze import transform as bronze
 from lakehouse.core import system, tables
+from lakehouse.core.current import is_bookkeeping
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.spark import analysis_error
@@ -114,6 +115,12 @@ def prepare(
             CONTRACT: contract(table),
         }
         tables.create_table(spark, path, _silver_schema(records, table), properties)
+    else:
+        # Bookkeeping a later version added (`__snapshot`): refused with the ALTER that adds it.
+        from pyspark.sql.types import StructType
+
+        bookkeeping = [f for f in _silver_schema(records, table).fields if is_bookkeeping(f.name)]
+        tables.require_columns(spark, path, StructType(bookkeeping))
     props = tables.properties(spark, path)
     _check_contract(spark, name, table, path, props.get(CONTRACT))
     schema = silver.parse_schema(

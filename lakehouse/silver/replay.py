@@ -11,7 +11,7 @@ tables committed to the shared quarantine meanwhile."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 from typing import TYPE_CHECKING
 
@@ -72,7 +72,8 @@ def replay_quarantine(
         # Delta would skip numbers below the versions already recorded under that id.
         replay_plan = Plan(**{**plan.__dict__, "run_id": f"replays:{plan.run_id}"})
         kept_rows = kept(evaluated, plan.expectations).drop(_ID)
-        write_silver(spark, replay_plan, kept_rows, stats.written, n, ())
+        # Truncates are never quarantined: a replayed batch holds none to apply.
+        write_silver(spark, replay_plan, kept_rows, replace(stats, truncates=()), n)
         _settle(spark, plan, evaluated, row, n)
     finally:
         evaluated.unpersist()

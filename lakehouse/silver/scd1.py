@@ -13,9 +13,19 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from lakehouse.core.current import DELETED, DELETED_AT, TARGET_SEQ
+from lakehouse.core.current import DELETED, DELETED_AT, SNAPSHOT, TARGET_SEQ
 from lakehouse.core.spark import java_class
-from lakehouse.silver.changes import CHANGE_META, DELETE, OP, SEQ, UPSERT_OPS, latest_per_key
+from lakehouse.silver.changes import (
+    ARRIVAL,
+    CHANGE_META,
+    DELETE,
+    OP,
+    SEQ,
+    SNAPSHOT_READ,
+    UPSERT_OPS,
+    latest_per_key,
+    snapshot_position,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -43,6 +53,7 @@ def scd1_schema(columns: StructType) -> StructType:
             StructField(TARGET_SEQ, LongType()),
             StructField(DELETED, BooleanType()),
             StructField(DELETED_AT, TimestampType()),
+            StructField(SNAPSHOT, BooleanType()),
         ]
     )
 
@@ -55,13 +66,19 @@ def apply_scd1(
     broadcast_changes: int = BROADCAST_CHANGES,
     rows: int | None = None,
     key_filter_changes: int = KEY_FILTER_CHANGES,
+    snapshot_reads: bool = True,
 ) -> None:
     """MERGE one batch of changes into the SCD1 target. Each key moves only forward in `_seq`,
     so applying batches in any order, or twice, ends in the same state. A batch of at most
     `broadcast_changes` rows is broadcast to the MERGE's joins (0: never); one of at most
     `key_filter_changes` rows also narrows the MERGE's target scans with a Bloom filter of its
     keys (0: never; see `_might_contain_keys`). `rows`, when the caller already knows it, is at
-    least the number of changes (saves counting them)."""
+    least the number of changes (saves counting them). `snapshot_reads` False: the caller
+    knows the batch holds none (saves placing them, `snapshot_position`).
+
+    A change arriving after a snapshot read of its key replaces it whatever its `_seq`
+    (`snapshot_position`): within the batch by `_arrival`, against the target by its
+    `__snapshot` (the row is a snapshot read no change has followed yet)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -69,6 +86,10 @@ def apply_scd1(
         rows = changes.count()
     columns = [c for c in changes.columns if c not in CHANGE_META]
     target = DeltaTable.forPath(spark, target_path)
+    if snapshot_reads and ARRIVAL in changes.columns:
+        is_snapshot = F.col(OP) == SNAPSHOT_READ
+        placed = snapshot_position(keys, is_snapshot, F.col(ARRIVAL), F.lit(True))
+        changes = changes.withColumn(SEQ, placed)
     source = latest_per_key(changes, keys)
     if _broadcastable(spark, broadcast_changes, rows):
         source = F.broadcast(source)
@@ -78,9 +99,13 @@ def apply_scd1(
     key_types = {k: types[k.lower()] for k in keys}  # Spark resolves names case-insensitively
     if rows <= key_filter_changes:
         on = on & _might_contain_keys(spark, changes, keys, key_types, rows)
-    newer = f"s.{SEQ} > t.{TARGET_SEQ}"
+    after_snapshot = f"(t.{SNAPSHOT} AND s.{OP} <> '{SNAPSHOT_READ}')"
+    newer = f"(s.{SEQ} > t.{TARGET_SEQ} OR {after_snapshot})"
     upsert = f"s.{OP} IN ({', '.join(repr(o) for o in UPSERT_OPS)})"
-    row = {f"`{c}`": f"s.`{c}`" for c in columns}
+    row = {
+        **{f"`{c}`": f"s.`{c}`" for c in columns},
+        SNAPSHOT: f"s.{OP} = '{SNAPSHOT_READ}'",
+    }
     (
         target.alias("t")
         .merge(source, on)
@@ -92,7 +117,12 @@ def apply_scd1(
         # IDENTITY DEFAULT the delete carries only the key, so nothing else is overwritten.
         .whenMatchedUpdate(
             condition=f"{newer} AND s.{OP} = '{DELETE}'",
-            set={TARGET_SEQ: f"s.{SEQ}", DELETED: "true", DELETED_AT: "current_timestamp()"},
+            set={
+                TARGET_SEQ: f"s.{SEQ}",
+                DELETED: "true",
+                DELETED_AT: "current_timestamp()",
+                SNAPSHOT: "false",
+            },
         )
         .whenNotMatchedInsert(
             condition=upsert,
@@ -107,6 +137,7 @@ def apply_scd1(
                 TARGET_SEQ: f"s.{SEQ}",
                 DELETED: "true",
                 DELETED_AT: "current_timestamp()",
+                SNAPSHOT: "false",
             },
         )
         .execute()
@@ -184,5 +215,10 @@ def apply_truncate_scd1(
 
     DeltaTable.forPath(spark, target_path).update(
         condition=f"{TARGET_SEQ} < {int(seq)}",
-        set={TARGET_SEQ: str(int(seq)), DELETED: "true", DELETED_AT: "current_timestamp()"},
+        set={
+            TARGET_SEQ: str(int(seq)),
+            DELETED: "true",
+            DELETED_AT: "current_timestamp()",
+            SNAPSHOT: "false",
+        },
     )

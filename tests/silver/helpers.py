@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -100,13 +100,19 @@ def debezium_table(
     drop: Sequence[str] = (),
     unwrap: bool = False,
     connector_config: dict[str, str] | None = None,
+    before_connector: Callable[[str, str], None] | None = None,
 ) -> Iterator[DebeziumTable]:
     """A fresh PostgreSQL table made by `ddl` (statements with `{table}` for its name, run in
     order), streamed by its own real Debezium connector into its own topic, and a CDC source
     reading that topic added to a copy of `settings`. Afterwards the connector (and its slot)
     and the table are dropped, then the `drop` statements run. `unwrap` adds the
-    ExtractNewRecordState SMT; `connector_config` overrides connector settings."""
-    from lakehouse.devstack.debezium import delete_connector, register_postgres_connector
+    ExtractNewRecordState SMT; `connector_config` overrides connector settings;
+    `before_connector(table, slot)` runs after the DDL, before the connector is registered."""
+    from lakehouse.devstack.debezium import (
+        default_slot_name,
+        delete_connector,
+        register_postgres_connector,
+    )
 
     table = f"t_{uuid.uuid4().hex[:8]}"
     with pg_connect(settings) as conn:
@@ -115,6 +121,8 @@ def debezium_table(
     connector, prefix = f"test-{table}", f"d{table[-8:]}"
     topic = f"{prefix}.public.{table}"
     kafka.ensure_topic(settings.kafka, topic, partitions=1)
+    if before_connector is not None:
+        before_connector(table, default_slot_name(connector))
     register_postgres_connector(
         settings,
         connector,
