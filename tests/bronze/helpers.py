@@ -104,7 +104,9 @@ def run_job(
     )
 
 
-def wait_for_records(settings: Settings, topic: str, count: int, timeout_s: float = 90) -> None:
+def wait_for_records(
+    settings: Settings, topic: str, count: int, timeout_s: float = 90, poll_s: float = 1
+) -> None:
     deadline = time.monotonic() + timeout_s
     seen = 0
     while time.monotonic() < deadline:
@@ -114,5 +116,5 @@ def wait_for_records(settings: Settings, topic: str, count: int, timeout_s: floa
             seen = 0
         if seen >= count:
             return
-        time.sleep(1)
+        time.sleep(poll_s)
     raise AssertionError(f"only {seen} of {count} records reached {topic}")
