@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.bronze import offsets
 from lakehouse.bronze.offsets import DataLossError, Gap, Offsets, TopicDeleted
@@ -82,11 +82,7 @@ def accept_deleted(
     record each deleted partition and where bronze stopped in it, once."""
     if not allowed:
         raise TopicDeleted(name, deleted)
-    recorded = {
-        (e.get("topic"), e.get("partition"), e.get("first_missing"))
-        for e in system.read_log(spark, settings, system.INGEST_LOG, name)
-        if e["event"] == "topic_deleted"
-    }
+    records = []
     for topic, parts in sorted(deleted.items()):
         for partition, first_missing in sorted(parts.items()):
             log.warning(
@@ -96,11 +92,8 @@ def accept_deleted(
                 partition,
                 first_missing - 1,
             )
-            if (topic, partition, first_missing) in recorded:
-                continue
-            record = {"topic": topic, "partition": partition, "first_missing": first_missing}
-            event = {"event": "topic_deleted", "subject": name, **record}
-            system.append_log(spark, settings, system.INGEST_LOG, event)
+            records.append({"topic": topic, "partition": partition, "first_missing": first_missing})
+    _record_once(spark, settings, name, "topic_deleted", records)
 
 
 def accept(
@@ -109,18 +102,24 @@ def accept(
     """Refuse the loss (DataLossError, exit 3) unless `allowed`; then record each gap once."""
     if not allowed:
         raise DataLossError(gaps)
-    # A run that failed after recording its gaps is retried with the same checkpoint and
-    # finds the same gaps: each is recorded once.
-    recorded = {
-        (e.get("topic"), e.get("partition"), e.get("first_missing"), e.get("last_missing"))
-        for e in system.read_log(spark, settings, system.INGEST_LOG, name)
-        if e["event"] == "gap"
-    }
     for gap in gaps:
         log.warning("data loss accepted by --allow-data-loss: %s", gap.describe())
-        if (gap.topic, gap.partition, gap.first_missing, gap.last_missing) in recorded:
-            continue
-        system.append_log(
-            spark, settings, system.INGEST_LOG, {"event": "gap", "subject": name, **gap.__dict__}
-        )
+    _record_once(spark, settings, name, "gap", [dict(gap.__dict__) for gap in gaps])
     faults.point("after_gaps_recorded")
+
+
+def _record_once(
+    spark: SparkSession, settings: Settings, name: str, event: str, records: list[dict[str, Any]]
+) -> None:
+    """Append each record to `_system/ingest_log` as an `event` of source `name`, unless the
+    log holds it already: a run that failed after recording is retried with the same
+    checkpoint and finds the same losses."""
+    if not records:
+        return
+    logged = system.read_log(spark, settings, system.INGEST_LOG, name)
+    recorded = [{k: e.get(k) for k in records[0]} for e in logged if e["event"] == event]
+    for record in records:
+        if record not in recorded:
+            system.append_log(
+                spark, settings, system.INGEST_LOG, {"event": event, "subject": name, **record}
+            )

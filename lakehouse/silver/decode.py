@@ -160,8 +160,9 @@ def _decimal_of(t: Column, data_type: DecimalType) -> Column:
 def let(value: Column, body: Callable[[Column], Column]) -> Column:
     """`body(value)` with `value` computed once. A Column used twice is its whole expression
     tree twice, and these decoders nest (base64 -> digits -> text -> decimal), so without this
-    a Debezium `numeric` column was a ~40,000-character expression: the optimizer's time and
-    memory on a wide CDC table grew with it (bench/decode_decimals.py). A one-element
+    a Debezium `numeric` column was a ~630,000-character expression (5,037,297 for eight of
+    them): the optimizer's time and memory on a wide CDC table grew with it
+    (bench/decode_decimals.py). A one-element
     `transform` binds the value to a lambda variable instead."""
     from pyspark.sql import functions as F
 
