@@ -20,13 +20,15 @@ from tests.silver.helpers import ORDER_SCHEMA
 
 TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?")
 PID = re.compile(r"pid \d+")
+DATA = re.compile(r"data \S+\)")  # where PostgreSQL keeps its cluster (CI: outside the clone)
 
 
 def normalized(text: str) -> list[str]:
-    """Times as <time>, pids as <pid>, table rows as stripped cells; rules dropped."""
+    """Times as <time>, pids as <pid>, PostgreSQL's data directory as <dir>, table rows as
+    stripped cells; rules dropped."""
     lines = []
     for line in text.splitlines():
-        line = PID.sub("pid <pid>", TIME.sub("<time>", line))
+        line = DATA.sub("data <dir>)", PID.sub("pid <pid>", TIME.sub("<time>", line)))
         if line.startswith("+"):
             continue
         if line.startswith("|"):
@@ -80,7 +82,7 @@ def test_status_shows_every_layer_and_what_each_table_holds(
 
 EXPECTED = """\
 kafka      running (pid <pid>, 127.0.0.1:19092)
-postgres   running (pid <pid>, 127.0.0.1:15432, data .lakehouse/postgres/data)
+postgres   running (pid <pid>, 127.0.0.1:15432, data <dir>)
 connect    running (pid <pid>, http://127.0.0.1:18083)
 
 bronze (per source):
