@@ -27,13 +27,18 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from lakehouse.cli import offline, stack, tables
+from lakehouse.cli import connectors, offline, stack, tables
 from lakehouse.cli.common import Command
 from lakehouse.core.errors import EXIT_OK
 from lakehouse.core.jobs import configure_logging, fail
 from lakehouse.core.settings import load_settings
 
-COMMANDS: dict[str, Command] = {**stack.COMMANDS, **tables.COMMANDS, **offline.COMMANDS}
+COMMANDS: dict[str, Command] = {
+    **stack.COMMANDS,
+    **tables.COMMANDS,
+    **offline.COMMANDS,
+    **connectors.COMMANDS,
+}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -37,6 +37,11 @@ class UsageError(LakehouseError, ValueError):
     exit_code = EXIT_USAGE
 
 
+class ServiceError(UsageError):
+    """A service could not be installed, started, stopped, reached or used (Kafka Connect's
+    REST API, a local dev-stack service): one clear line."""
+
+
 class DataLoss(LakehouseError):
     """Data the job needs no longer exists at its source."""
 
@@ -72,3 +77,9 @@ def verdict(exc: BaseException) -> tuple[str, int, bool]:
     first = text.splitlines()[0] if text else type(exc).__name__
     code = EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
     return f"{type(exc).__name__}: {first}", code, True
+
+
+def one_line(message: object, limit: int = 400) -> str:
+    """`message` on one line, at most `limit` characters."""
+    text = " ".join(str(message).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -24,6 +24,63 @@ ENCODINGS = (
 )
 
 
+# Kafka Connect names, replication slots and `schema.table` names as Debezium takes them.
+_CONNECTOR_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*")
+# Connector settings the source declares itself (the decoding depends on them).
+_SOURCE_OWNED = {
+    "decimal.handling.mode": "decimal_handling_mode",
+    "time.precision.mode": "time_precision_mode",
+}
+
+
+@dataclass(frozen=True)
+class ConnectorSettings:
+    """The Debezium PostgreSQL connector that feeds a CDC source, managed by `lakehouse
+    connectors apply|status|delete` through Kafka Connect's REST API (`connect.url`). The
+    database is `postgres:`'s (host, port, database, user; the password is the worker's
+    `${env:POSTGRES_PASSWORD}`) unless `config` says otherwise."""
+
+    # Debezium's `topic.prefix`: the topics are `<topic_prefix>.<schema>.<table>`.
+    topic_prefix: str
+    # The captured tables, `schema.table`.
+    tables: tuple[str, ...]
+    # Kafka Connect's name for it (default: the source's name).
+    name: str = ""
+    # The replication slot (default: `dbz_<name>`); its publication is `<slot>_pub`.
+    slot: str = ""
+    # The JSON converters' `schemas.enable`, and Debezium's ExtractNewRecordState SMT.
+    schemas_enable: bool = False
+    unwrap: bool = False
+    # More connector settings, passed as they are and winning over the generated ones
+    # (`database.hostname: db.internal`, `snapshot.mode: never`, ...). A secret is a
+    # `${env:NAME}` reference that the Connect worker resolves, never a value.
+    config: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.topic_prefix:
+            raise ValueError("'topic_prefix' must be set (Debezium's topic.prefix)")
+        bad = [t for t in self.tables if not _TABLE_NAME.fullmatch(t)]
+        if not self.tables or bad:
+            raise ValueError(f"'tables' must list schema.table names, got {list(self.tables)}")
+        if self.name and not _CONNECTOR_NAME.fullmatch(self.name):
+            raise ValueError(f"'name' {self.name!r}: use letters, digits, '.', '_' or '-'")
+        if self.slot and not _SLOT_NAME.fullmatch(self.slot):
+            raise ValueError(f"'slot' {self.slot!r}: use 1-63 of a-z, 0-9 and '_'")
+        for key, value in self.config.items():
+            if "password" in key.lower() and not value.startswith("${env:"):
+                raise ValueError(
+                    f"'config.{key}' is a secret: write a ${{env:NAME}} reference the Connect "
+                    "worker resolves, never the value"
+                )
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics the connector writes."""
+        return [f"{self.topic_prefix}.{t}" for t in self.tables]
+
+
 @dataclass(frozen=True)
 class SourceSettings:
     """One Kafka source feeding one bronze table (`conf/base/sources.yml`)."""
@@ -50,6 +107,9 @@ class SourceSettings:
     time_precision_mode: str = "adaptive"
     # The records' format (FORMATS; empty: json for events, debezium for cdc).
     format: str = ""
+    # CDC: the Debezium connector writing the topics (`lakehouse connectors`); none when it is
+    # managed elsewhere.
+    connector: ConnectorSettings | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in SOURCE_KINDS:
@@ -79,6 +139,30 @@ class SourceSettings:
             raise ValueError("'max_offsets_per_trigger' must be >= 0 (0 means unbounded)")
         if self.bronze_table and not re.fullmatch(r"[a-z][a-z0-9_]*", self.bronze_table):
             raise ValueError("'bronze_table' must be lower_snake_case")
+        if self.connector is not None:
+            self._check_connector(self.connector)
+
+    def _check_connector(self, connector: ConnectorSettings) -> None:
+        """The connector must write what this source reads, encoded as it decodes it."""
+        if self.kind != "cdc":
+            raise ValueError("'connector' belongs to a cdc source (Debezium writes its topics)")
+        unread = [
+            t
+            for t in connector.topics
+            if not (t in self.topics or (self.topic_pattern and re.search(self.topic_pattern, t)))
+        ]
+        if unread:
+            raise ValueError(
+                f"connector topics {unread} are not read by this source: add them to 'topics' "
+                "(or make 'topic_pattern' match them)"
+            )
+        for key, own in _SOURCE_OWNED.items():
+            if key in connector.config and connector.config[key] != getattr(self, own):
+                raise ValueError(
+                    f"'connector.config.{key}' {connector.config[key]!r} differs from the "
+                    f"source's '{own}' {getattr(self, own)!r}: set '{own}' on the source (the "
+                    "connector gets it from there, and silver decodes by it)"
+                )
 
     def client_options(self) -> dict[str, str]:
         """`kafka_options` with their references resolved (`SettingsError` names a missing

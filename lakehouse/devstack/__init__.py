@@ -5,7 +5,8 @@
   system one, with `wal_level=logical`, the configured role and database and the sample table
   `public.customers`.
 * **Kafka Connect** 4.3.1 (`connect`): a standalone worker with the Debezium 3.7.0.Final
-  PostgreSQL connector as an isolated plugin (`debezium` registers and deletes connectors).
+  PostgreSQL connector as an isolated plugin (`lakehouse.connectors` registers and deletes
+  connectors).
 
 `stack` installs, starts, stops and reports them all; `processes`, `packages` and `jvm` are what
 the services share (state directory, pid files, ports; apt and Maven; the JVM command lines).
@@ -38,8 +39,7 @@ Manual use: ``lakehouse services {start,stop,status} [kafka|postgres|connect|all
 
 from __future__ import annotations
 
-from lakehouse.core.errors import UsageError
+# Raised by the dev stack and by the Kafka Connect client it shares with `lakehouse connectors`.
+from lakehouse.core.errors import ServiceError
 
-
-class ServiceError(UsageError):
-    """A local service could not be installed, started, stopped or used (one clear line)."""
+__all__ = ["ServiceError"]

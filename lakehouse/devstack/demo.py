@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.connectors.sources import apply_source
 from lakehouse.core import kafka, tables
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
 from lakehouse.devstack import ServiceError, demo_gold, demo_offline, pg
-from lakehouse.devstack.debezium import register_postgres_connector
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -38,9 +38,7 @@ log = logging.getLogger(__name__)
 
 DEMO_TOPIC = "orders"
 STATUSES = ("created", "paid", "shipped", "cancelled")
-CDC_CONNECTOR = "lakehouse-customers"
-CDC_PREFIX = "lakehouse"  # Debezium's topic: lakehouse.public.customers (sources.yml)
-CDC_TOPIC = f"{CDC_PREFIX}.public.customers"
+CDC_SOURCE = "customers"  # its connector is declared in conf/base/sources.yml
 SPACING_MS = 20 * 60_000  # sample orders 20 minutes apart: they span two 2h buckets
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00Z
 
@@ -207,14 +205,7 @@ def _customers_through_debezium(spark: SparkSession, settings: Settings) -> tupl
     from lakehouse.bronze.ingest import IngestOptions, ingest
     from lakehouse.silver.refine import RefineOptions, refine
 
-    register_postgres_connector(
-        settings,
-        CDC_CONNECTOR,
-        CDC_PREFIX,
-        ["public.customers"],
-        schemas_enable=False,
-        unwrap=False,
-    )
+    apply_source(settings, CDC_SOURCE)  # what `lakehouse connectors apply customers` does
     changed = _change_customers(settings)
     _wait_for_changes(settings, changed)
     ingest(spark, settings, IngestOptions("customers"), "cdc")
@@ -274,10 +265,11 @@ def _change_customers(settings: Settings) -> _Changes:
 def _wait_for_changes(settings: Settings, changes: _Changes, timeout_s: float = 120) -> None:
     """Debezium is asynchronous: wait until the topic holds at least our changes and has
     stopped growing (a first registration also snapshots the existing rows)."""
+    (topic,) = settings.sources[CDC_SOURCE].topics
     deadline, last, stable_since = time.monotonic() + timeout_s, -1, time.monotonic()
     while time.monotonic() < deadline:
         try:
-            seen = sum(kafka.end_offsets(settings.kafka, CDC_TOPIC).values())
+            seen = sum(kafka.end_offsets(settings.kafka, topic).values())
         except kafka.KafkaError:
             seen = 0
         if seen != last:
@@ -286,7 +278,7 @@ def _wait_for_changes(settings: Settings, changes: _Changes, timeout_s: float = 
             return
         time.sleep(0.5)
     raise ServiceError(
-        f"Debezium did not deliver the demo's changes to {CDC_TOPIC} within {timeout_s:.0f} s; "
+        f"Debezium did not deliver the demo's changes to {topic} within {timeout_s:.0f} s; "
         "see .lakehouse/logs/connect.log"
     )
 

@@ -12,10 +12,10 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.core.errors import one_line
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.devstack import ServiceError
 from lakehouse.devstack.packages import postgres_bindir
-from lakehouse.devstack.processes import one_line
 
 if TYPE_CHECKING:
     import psycopg

@@ -118,11 +118,6 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-def one_line(message: object, limit: int = 400) -> str:
-    text = " ".join(str(message).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _last_error_line(log: Path) -> str:
     """The last ERROR/FATAL/exception line of a log, shortened, for one-line error messages."""
     try:

@@ -101,7 +101,7 @@ def test_cdc_corpus(spark: SparkSession, kafka_up: Settings) -> None:
 def test_real_debezium_to_bronze(
     spark: SparkSession, kafka_up: Settings, pg_table: str, schemas_enable: bool, unwrap: bool
 ) -> None:
-    from lakehouse.devstack.debezium import delete_connector, register_postgres_connector
+    from lakehouse.connectors.debezium import delete_connector, register_postgres_connector
 
     tag = f"{int(schemas_enable)}{int(unwrap)}"
     connector = f"bronze-{pg_table}-{tag}"

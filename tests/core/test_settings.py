@@ -234,3 +234,81 @@ def test_kafka_options_take_secret_references_resolved_only_when_that_source_is_
         "conf/base/sources.yml: 'sources.feed.kafka_options.sasl.jaas.config' needs environment "
         "variable TEST_KAFKA_JAAS, which is not set"
     )
+
+
+CDC_SOURCE = """
+sources:
+  customers:
+    kind: cdc
+    topics: [shop.public.customers]
+    decimal_handling_mode: string
+    connector:
+      topic_prefix: shop
+      tables: [public.customers]
+"""
+
+
+def test_a_cdc_source_declares_its_connector_and_the_connector_gets_its_modes(
+    tmp_path: Path,
+) -> None:
+    from lakehouse.connectors.sources import connector_config
+
+    conf = write_conf(tmp_path, BASE)
+    (conf / "base" / "sources.yml").write_text(CDC_SOURCE)
+    settings = load_settings("dev", conf_dir=conf)
+    name, config = connector_config(settings, "customers", settings.sources["customers"])
+    assert name == "customers"
+    expected = {
+        "topic.prefix": "shop",
+        "table.include.list": "public.customers",
+        "slot.name": "dbz_customers",
+        "publication.name": "dbz_customers_pub",
+        "decimal.handling.mode": "string",
+        "time.precision.mode": "adaptive",
+        "database.port": "15432",
+        "database.password": "${env:POSTGRES_PASSWORD}",
+    }
+    assert {k: config[k] for k in expected} == expected
+    assert "s3cret-value" not in str(config)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("topics: [shop.public.customers]", "topics: [other]"),
+            r"connector topics \['shop.public.customers'\] are not read by this source",
+        ),
+        (
+            ("kind: cdc", "kind: events"),
+            "'connector' belongs to a cdc source",
+        ),
+        (
+            ("tables: [public.customers]", "tables: [customers]"),
+            r"'tables' must list schema.table names, got \['customers'\]",
+        ),
+        (
+            (
+                "tables: [public.customers]",
+                "tables: [public.customers]\n      config: {database.password: hunter2}",
+            ),
+            r"'config.database.password' is a secret: write a \$\{env:NAME\} reference",
+        ),
+        (
+            (
+                "tables: [public.customers]",
+                "tables: [public.customers]\n      config: {decimal.handling.mode: precise}",
+            ),
+            "'connector.config.decimal.handling.mode' 'precise' differs from the source's "
+            "'decimal_handling_mode' 'string'",
+        ),
+    ],
+)
+def test_a_connector_that_would_not_feed_its_source_is_refused_at_load(
+    tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    conf = write_conf(tmp_path, BASE)
+    (conf / "base" / "sources.yml").write_text(CDC_SOURCE.replace(*change))
+    with pytest.raises(SettingsError, match=message) as err:
+        load_settings("dev", conf_dir=conf)
+    assert str(err.value).startswith("conf/base/sources.yml: 'sources.customers")

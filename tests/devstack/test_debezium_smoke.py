@@ -47,7 +47,7 @@ def consume(settings: Settings, topic: str, count: int, timeout_s: float = 90.0)
 
 
 def test_insert_update_delete_arrive_as_debezium_events(settings: Settings, pg_table: str) -> None:
-    from lakehouse.devstack.debezium import delete_connector, register_postgres_connector
+    from lakehouse.connectors.debezium import delete_connector, register_postgres_connector
 
     name = f"smoke-{pg_table}"
     prefix = f"smoke{pg_table[-8:]}"

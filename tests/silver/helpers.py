@@ -108,7 +108,7 @@ def debezium_table(
     and the table are dropped, then the `drop` statements run. `unwrap` adds the
     ExtractNewRecordState SMT; `connector_config` overrides connector settings;
     `before_connector(table, slot)` runs after the DDL, before the connector is registered."""
-    from lakehouse.devstack.debezium import (
+    from lakehouse.connectors.debezium import (
         default_slot_name,
         delete_connector,
         register_postgres_connector,

@@ -12,9 +12,9 @@ import time
 
 from pyspark.sql import SparkSession
 
+from lakehouse.connectors.debezium import register_postgres_connector
 from lakehouse.core.settings import Settings
 from lakehouse.devstack.connect import start_connect
-from lakehouse.devstack.debezium import register_postgres_connector
 from lakehouse.devstack.processes import pid_alive, state_paths
 from lakehouse.silver.scd2 import history_rows
 from tests.bronze.helpers import bronze, wait_for_records

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from lakehouse.connectors.debezium import delete_connector, register_postgres_connector
 from lakehouse.core.settings import Settings
-from lakehouse.devstack.debezium import delete_connector, register_postgres_connector
 from lakehouse.silver.scd2 import history_rows
 from tests.bronze.helpers import run_ingest, wait_for_records
 from tests.conftest import pg_connect

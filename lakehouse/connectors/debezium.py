@@ -1,4 +1,5 @@
-"""Debezium 3.7.0.Final PostgreSQL connectors on the local Kafka Connect worker.
+"""Debezium PostgreSQL connectors on a Kafka Connect worker (the dev stack's runs Debezium
+3.7.0.Final), for `lakehouse connectors`, the demo and the tests.
 
 `register_postgres_connector` creates or updates one through the REST API (idempotent) and waits
 until it and its task run; topics are `<topic_prefix>.<schema>.<table>`. Every connector has a
@@ -8,7 +9,9 @@ runs leak none. Offsets left behind anyway (a crashed test, a worker restart) ar
 the replication slot they refer to is gone.
 
 The database password never reaches the REST API: the config says `${env:POSTGRES_PASSWORD}`,
-which the worker resolves itself (see `connect`).
+which the worker resolves itself (the dev stack's worker: `lakehouse.devstack.connect`).
+Replication slots and publications are looked up and dropped over a psycopg connection to
+`postgres:`.
 """
 
 from __future__ import annotations
@@ -18,22 +21,22 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lakehouse.core.settings import Settings
-from lakehouse.devstack import ServiceError
-from lakehouse.devstack.connect import (
+from lakehouse.connectors.rest import (
     JSON_CONVERTER,
-    PASSWORD_ENV,
     SEE_LOG,
     check_name,
     connector_url,
     error_message,
     http,
     rest_url,
+    running,
     wait_connector_running,
 )
-from lakehouse.devstack.pg import psql
+from lakehouse.core.errors import ServiceError
+from lakehouse.core.settings import Settings
 
-DEBEZIUM_VERSION = "3.7.0.Final"
+# The variable the worker's EnvVarConfigProvider reads the database password from.
+PASSWORD_ENV = "POSTGRES_PASSWORD"  # noqa: S105 (the variable's name, not a password)
 DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 DEBEZIUM_UNWRAP_SMT = "io.debezium.transforms.ExtractNewRecordState"
 
@@ -136,16 +139,42 @@ def register_postgres_connector(
         slot_name=slot,
         extra=extra,
     )
-    base = connector_url(settings, name)
+    put_connector(settings, name, config, timeout)
+
+
+def put_connector(
+    settings: Settings, name: str, config: dict[str, str], timeout: float = 120.0
+) -> None:
+    """Create or update (PUT, idempotent) connector `name` with `config` and wait until it and
+    its task run. A connector whose replication slot does not exist yet starts afresh (its
+    stale offsets, if any, forgotten: see `_create_afresh`)."""
+    base = connector_url(settings, check_name(name))
     exists, _ = http("GET", base)
     created = (
         exists == 404
-        and not _slot_exists(settings, config["slot.name"])
+        and not _slot_exists(settings, _check_slot(config["slot.name"]))
         and _create_afresh(settings, name, config)
     )
     if not created:
         _expect(http("PUT", f"{base}/config", config, timeout=60.0), (200, 201), name, "config")
     wait_connector_running(settings, name, timeout)
+
+
+def connector_state(settings: Settings, name: str) -> str:
+    """`RUNNING`, `not registered`, or the connector's and its tasks' states (a failed one's
+    error as one line)."""
+    status, body = http("GET", f"{connector_url(settings, check_name(name))}/status")
+    if status == 404:
+        return "not registered"
+    if status != 200 or not isinstance(body, dict):
+        raise ServiceError(f"GET status of connector {name!r} answered HTTP {status}")
+    try:
+        if running(name, body):
+            return "RUNNING"
+    except ServiceError as failed:
+        return str(failed)
+    tasks = ", ".join(f"task {t.get('id')} {t.get('state')}" for t in body.get("tasks", []))
+    return f"{body.get('connector', {}).get('state')} ({tasks or 'no task yet'})"
 
 
 def _create_afresh(settings: Settings, name: str, config: dict[str, str]) -> bool:
@@ -181,12 +210,32 @@ def _expect(response: tuple[int, Any], ok: Sequence[int], name: str, step: str) 
         )
 
 
+def _sql(
+    settings: Settings, statement: str, params: Sequence[object] = ()
+) -> list[tuple[Any, ...]]:
+    """Run one statement on `postgres:` (autocommit); its rows, if it returns any."""
+    import psycopg
+
+    pg = settings.postgres
+    with psycopg.connect(
+        host=pg.host,
+        port=pg.port,
+        dbname=pg.database,
+        user=pg.user,
+        password=pg.require_password(),
+        autocommit=True,
+    ) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
 def _slot_exists(settings: Settings, slot: str) -> bool:
-    out = psql(
+    found = _sql(
         settings,
-        f"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{_check_slot(slot)}';",
+        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+        (_check_slot(slot),),
     )
-    return out.strip() not in ("", "0")
+    return bool(found and found[0][0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,17 +289,17 @@ def _stop_and_delete(base: str, name: str, timeout: float) -> None:
 def _drop_slot(settings: Settings, slot: str, publication: str, timeout: float) -> None:
     if not _SLOT_RE.fullmatch(slot) or not _PUBLICATION_RE.fullmatch(publication):
         raise ServiceError(f"refusing to drop odd slot/publication names {slot!r}/{publication!r}")
-    psql(settings, f'DROP PUBLICATION IF EXISTS "{publication}";')
+    _sql(settings, f'DROP PUBLICATION IF EXISTS "{publication}"')
     deadline = time.monotonic() + timeout
     while True:
         # The walsender may need a moment to let go of the slot after the task stopped.
-        left = psql(
+        _sql(
             settings,
-            f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            f"WHERE slot_name = '{slot}' AND NOT active;\n"
-            f"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}';",
-        ).split()
-        if left and left[-1] == "0":
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s AND NOT active",
+            (slot,),
+        )
+        if not _slot_exists(settings, slot):
             return
         if time.monotonic() > deadline:
             raise ServiceError(

@@ -1,0 +1,93 @@
+"""`lakehouse connectors apply|status|delete` as a user runs them, against the real Kafka Connect
+worker, Debezium and PostgreSQL: the connector a source declares in YAML is created, streams the
+table into the source's topic, is applied again without a second snapshot, reports its state,
+and is deleted with its replication slot."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from lakehouse.connectors.debezium import delete_connector
+from lakehouse.connectors.rest import connector_url, http
+from lakehouse.core import kafka
+from lakehouse.core.errors import EXIT_USAGE
+from lakehouse.core.settings import Settings
+from tests.bronze.helpers import wait_for_records
+from tests.conftest import pg_connect
+from tests.jobs.helpers import conf_overlay, last_line, overlay_env, run_cli
+
+
+def slots(settings: Settings, slot: str) -> int:
+    with pg_connect(settings) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    return int(found[0]) if found else 0
+
+
+def test_a_declared_connector_is_applied_shown_applied_again_and_deleted(
+    kafka_up: Settings, tmp_path: Path
+) -> None:
+    table = f"t_{uuid.uuid4().hex[:8]}"
+    source, prefix, name = f"cdc_{table}", f"p{table[-8:]}", f"conn-{table}"
+    topic, slot = f"{prefix}.public.{table}", f"dbz_conn_{table}"
+    declared = {
+        "kind": "cdc",
+        "topics": [topic],
+        "connector": {"name": name, "topic_prefix": prefix, "tables": [f"public.{table}"]},
+    }
+    conf = conf_overlay(tmp_path, {"sources": {source: declared}})
+    env = overlay_env(kafka_up, conf)
+    with pg_connect(kafka_up) as conn:
+        conn.execute(f"CREATE TABLE public.{table} (id int PRIMARY KEY, name text)")
+        conn.execute(f"INSERT INTO public.{table} VALUES (1, 'a'), (2, 'b')")
+    kafka.ensure_topic(kafka_up.kafka, topic, partitions=1)
+    try:
+        done = run_cli(["connectors", "apply", source], env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.splitlines() == [f"{source}: connector {name} running -> {topic}"]
+        wait_for_records(kafka_up, topic, 2)  # the snapshot of the two rows
+
+        status, config = http("GET", f"{connector_url(kafka_up, name)}/config")
+        assert status == 200
+        assert {k: config[k] for k in ("slot.name", "table.include.list", "topic.prefix")} == {
+            "slot.name": slot,
+            "table.include.list": f"public.{table}",
+            "topic.prefix": prefix,
+        }
+        assert (config["decimal.handling.mode"], config["time.precision.mode"]) == (
+            "precise",
+            "adaptive",
+        )
+
+        again = run_cli(["connectors", "apply", source], env)
+        assert again.returncode == 0, again.stderr[-3000:]
+        with pg_connect(kafka_up) as conn:
+            conn.execute(f"UPDATE public.{table} SET name = 'b2' WHERE id = 2")
+        wait_for_records(kafka_up, topic, 3)
+        # Applied again, it streamed on: no second snapshot of the rows.
+        assert sum(kafka.end_offsets(kafka_up.kafka, topic).values()) == 3
+
+        shown = run_cli(["connectors", "status"], env)
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        assert f"{source}: connector {name} RUNNING" in shown.stdout.splitlines()
+
+        unknown = run_cli(["connectors", "status", "nope"], env)
+        assert unknown.returncode == EXIT_USAGE
+        assert last_line(unknown).endswith(
+            f"source(s) nope declare no connector; those that do: {source}, customers"
+        )
+
+        gone = run_cli(["connectors", "delete", source, "--drop-slot"], env)
+        assert gone.returncode == 0, gone.stderr[-3000:]
+        assert gone.stdout.splitlines() == [
+            f"{source}: connector {name} deleted (slot {slot} dropped)"
+        ]
+        after = run_cli(["connectors", "status", source], env)
+        assert after.stdout.splitlines() == [f"{source}: connector {name} not registered"]
+        assert slots(kafka_up, slot) == 0
+    finally:
+        delete_connector(kafka_up, name, slot_name=slot)
+        with pg_connect(kafka_up) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS public.{table}")
