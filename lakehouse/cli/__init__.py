@@ -1,7 +1,7 @@
 """`lakehouse`: the operator's command line.
 
     lakehouse setup                 resolve the JVM packages and service jars (idempotent)
-    lakehouse services start|stop|status [kafka|postgres|connect|all]
+    lakehouse services start|stop|status [kafka|postgres|connect|spark|all]
     lakehouse demo                  start the services and run the demo pipeline
     lakehouse spark-submit-args     the --packages/--conf a cluster spark-submit needs
     lakehouse status                services, and per layer what the tables hold

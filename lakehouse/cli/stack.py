@@ -9,7 +9,7 @@ from lakehouse.cli.common import Command, with_session
 from lakehouse.core.settings import Settings
 from lakehouse.devstack import stack
 
-SERVICE_NAMES = ("kafka", "postgres", "connect", "all")
+SERVICE_NAMES = (*stack.SERVICES, *stack.ON_DEMAND, "all")
 
 
 def setup(settings: Settings, _args: argparse.Namespace) -> None:

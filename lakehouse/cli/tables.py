@@ -19,15 +19,9 @@ if TYPE_CHECKING:
 
 
 def spark_submit_args(settings: Settings, _args: argparse.Namespace) -> None:
-    from lakehouse.core.spark import session_conf
+    from lakehouse.core.deploy import library_archive, submit_args
 
-    conf = session_conf(settings)
-    parts = ["--packages", conf.pop("spark.jars.packages")]
-    for key in ("spark.app.name", "spark.master", "spark.driver.host", "spark.driver.bindAddress"):
-        conf.pop(key, None)
-    for key, value in sorted(conf.items()):
-        parts += ["--conf", f"{key}={value}"]
-    print(shlex.join(parts))
+    print(shlex.join(submit_args(settings, library_archive())))
 
 
 def status(settings: Settings, _args: argparse.Namespace) -> None:
@@ -189,7 +183,9 @@ def replay(settings: Settings, args: argparse.Namespace) -> None:
 
 
 COMMANDS = {
-    "spark-submit-args": Command("print the spark-submit options for a cluster", spark_submit_args),
+    "spark-submit-args": Command(
+        "build the library archive; print the spark-submit options for a cluster", spark_submit_args
+    ),
     "status": Command("services, and per layer what the tables hold", status),
     "reset": Command(
         "full refresh of a table, as its job's --full-refresh (refused if protected)",

@@ -67,11 +67,16 @@ T = TypeVar("T")
 
 
 def project_root() -> Path:
-    """The checkout this package runs from (where `conf/` lives), or `LAKEHOUSE_HOME`."""
+    """The checkout this package runs from (where `conf/` lives), or `LAKEHOUSE_HOME`. Imported
+    from the archive spark-submit ships (`--py-files lakehouse-*.zip`), the package has no
+    checkout around it: the working directory then stands for it."""
     home = os.environ.get("LAKEHOUSE_HOME")
     if home:
         return Path(home).resolve()
-    return Path(__file__).resolve().parent.parent.parent
+    package = Path(__file__).resolve().parent.parent
+    if not package.parent.is_dir():  # inside a zip archive
+        return Path.cwd().resolve()
+    return package.parent
 
 
 def load_tree(

@@ -34,6 +34,10 @@ _BASE_CONF: dict[str, str] = {
 }
 
 
+# Options a cluster's spark-submit decides (`--master`); a local session sets them itself.
+CLUSTER_OWNED = frozenset({"spark.master", "spark.driver.host", "spark.driver.bindAddress"})
+
+
 def ivy_dir(settings: Settings) -> str:
     path = Path(settings.spark.ivy_dir)
     return str(path if path.is_absolute() else project_root() / path)
@@ -71,15 +75,38 @@ def configure_builder(
 
 def build_session(settings: Settings, app_name: str | None = None) -> SparkSession:
     """The session for a job, a test or a notebook. Under spark-submit the JVM already exists
-    and the packages were resolved by spark-submit itself; the options then only fill gaps."""
+    with the options given on its command line (`--master`, `--conf`): those win, the
+    settings only fill the gaps (a builder option would otherwise replace them, and a local
+    master would silently take a job off the cluster)."""
     from pyspark.sql import SparkSession
 
-    if settings.spark.master.startswith("local"):
+    conf = session_conf(settings, app_name)
+    if submitted():
+        given = _submitted_conf()
+        conf = {k: v for k, v in conf.items() if k not in given and k not in CLUSTER_OWNED}
+    elif settings.spark.master.startswith("local"):
         # The JVM picks its own address before it reads any option: keep it on loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", settings.spark.driver_host)
-    session = configure_builder(SparkSession.builder, settings, app_name).getOrCreate()
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def submitted() -> bool:
+    """Whether this Python process was started by spark-submit (which hands it the gateway of
+    the JVM it launched)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _submitted_conf() -> frozenset[str]:
+    """The option names spark-submit gave the JVM (its command line and spark-defaults)."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM; starts nothing
+    return frozenset(key for key, _ in SparkConf().getAll())
 
 
 def java_class(spark: SparkSession, name: str) -> Any:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from lakehouse.core.settings import Settings
 from lakehouse.devstack import ServiceError
+from lakehouse.devstack.cluster import cluster_status, start_cluster, stop_cluster
 from lakehouse.devstack.connect import connect_status, start_connect, stop_connect
 from lakehouse.devstack.jvm import java
 from lakehouse.devstack.kafka import kafka_status, start_kafka, stop_kafka
@@ -19,21 +20,26 @@ from lakehouse.devstack.postgres import postgres_status, start_postgres, stop_po
 from lakehouse.devstack.processes import state_paths
 
 SERVICES = ("kafka", "postgres", "connect")
+# Started only by name: the jobs, the demo and the tests run on local[2].
+ON_DEMAND = ("spark",)
 
 _STARTERS: dict[str, Callable[[Settings], None]] = {
     "kafka": start_kafka,
     "postgres": start_postgres,
     "connect": start_connect,
+    "spark": start_cluster,
 }
 _STOPPERS: dict[str, Callable[[Settings], None]] = {
     "kafka": stop_kafka,
     "postgres": stop_postgres,
     "connect": stop_connect,
+    "spark": stop_cluster,
 }
 _STATUS: dict[str, Callable[[Settings], str]] = {
     "kafka": kafka_status,
     "postgres": postgres_status,
     "connect": connect_status,
+    "spark": cluster_status,
 }
 
 
@@ -65,7 +71,7 @@ def stop_all(settings: Settings) -> None:
 
 
 def start(settings: Settings, name: str = "all") -> None:
-    """Start one service (`kafka`, `postgres`, `connect`) or `all`."""
+    """Start one service (`kafka`, `postgres`, `connect`, `spark`) or `all` (but `spark`)."""
     if name == "all":
         start_all(settings)
     else:
@@ -73,19 +79,21 @@ def start(settings: Settings, name: str = "all") -> None:
 
 
 def stop(settings: Settings, name: str = "all") -> None:
-    """Stop one service (`kafka`, `postgres`, `connect`) or `all`."""
+    """Stop one service (`kafka`, `postgres`, `connect`, `spark`) or `all` (with `spark`)."""
     if name == "all":
         stop_all(settings)
+        stop_cluster(settings)
     else:
         _STOPPERS[_known(name)](settings)
 
 
 def status(settings: Settings) -> dict[str, str]:
     """One line per service: `running (pid N, <where>)` or `stopped`."""
-    return {name: _STATUS[name](settings) for name in SERVICES}
+    return {name: _STATUS[name](settings) for name in (*SERVICES, *ON_DEMAND)}
 
 
 def _known(name: str) -> str:
-    if name not in SERVICES:
-        raise ServiceError(f"unknown service {name!r}: use {', '.join(SERVICES)} or all")
+    if name not in (*SERVICES, *ON_DEMAND):
+        known = ", ".join((*SERVICES, *ON_DEMAND))
+        raise ServiceError(f"unknown service {name!r}: use {known} or all")
     return name

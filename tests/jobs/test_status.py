@@ -84,6 +84,7 @@ EXPECTED = """\
 kafka      running (pid <pid>, 127.0.0.1:19092)
 postgres   running (pid <pid>, 127.0.0.1:15432, data <dir>)
 connect    running (pid <pid>, http://127.0.0.1:18083)
+spark      stopped
 
 bronze (per source):
 |source|table|rows|bad_rows|topic_partitions|last_ingest_time|protected|gaps_recorded|

@@ -1,22 +1,33 @@
-"""The jobs run where there is no dev stack: a configuration without `postgres` and `connect`
-sections, no `.env` and no `POSTGRES_PASSWORD` (a cluster node, a scheduler's worker), and
-without the secret of a source they do not read."""
+"""Every job spark-submitted to a real Spark standalone cluster, as the README tells a user
+to: `spark-submit --master spark://... $(lakehouse spark-submit-args) jobs/<job>.py`. The
+executors run the system's `python3` with no venv in sight and import the library from the
+archive spark-submit ships; the driver runs where there is no dev stack (a configuration
+without `postgres` and `connect` sections, no `.env`, no `POSTGRES_PASSWORD`, a source's secret
+it does not need unset)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.core import kafka
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings, project_root
-from tests.bronze.helpers import new_source, run_job
+from lakehouse.devstack import cluster
+from tests.bronze.helpers import new_source
 from tests.jobs.helpers import conf_overlay
 from tests.silver.helpers import ORDER_SCHEMA, produce
+
+BIN = Path(sys.executable).parent
 
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 H_MS = 3_600_000
@@ -42,7 +53,12 @@ def envelope(op: str, lsn: int, after: dict[str, object]) -> bytes:
 def job_env(tmp_path: Path, settings: Settings, conf: Path) -> dict[str, str]:
     home = tmp_path / "home"  # no .env here, so nothing brings the password in
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "POSTGRES_PASSWORD"}
+    # Nor does the driver name a Python for the executors: they use their own `python3`.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"POSTGRES_PASSWORD", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"}
+    }
     env.update(
         {
             "LAKEHOUSE_HOME": str(home),
@@ -55,14 +71,58 @@ def job_env(tmp_path: Path, settings: Settings, conf: Path) -> dict[str, str]:
     return env
 
 
-def test_every_job_runs_without_postgres_settings_or_password(
-    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+@pytest.fixture
+def spark_cluster(settings: Settings) -> Iterator[str]:
+    """The dev stack's standalone cluster (master + one worker on loopback), stopped after."""
+    cluster.start_cluster(settings)
+    try:
+        yield cluster.MASTER_URL
+    finally:
+        cluster.stop_cluster(settings)
+
+
+def spark_submit(
+    master: str, job: str, args: list[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """The README's command line: the options come from `lakehouse spark-submit-args`."""
+    printed = subprocess.run(
+        [str(BIN / "lakehouse"), "--env", "test", "spark-submit-args"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    command = [str(BIN / "spark-submit"), "--master", master, *shlex.split(printed)]
+    return subprocess.run(
+        [*command, str(project_root() / "jobs" / f"{job}.py"), "--env", "test", *args],
+        env=env,
+        cwd=env["LAKEHOUSE_HOME"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def finished_apps() -> list[str]:
+    """The names of the applications the master saw finish."""
+    state = cluster.master_state() or {}
+    apps = state.get("completedapps", [])
+    assert isinstance(apps, list)
+    return [str(app["name"]) for app in apps]
+
+
+def test_every_job_runs_spark_submitted_to_a_standalone_cluster_without_the_dev_stack(
+    spark: SparkSession, kafka_up: Settings, spark_cluster: str, tmp_path: Path
 ) -> None:
     events, topic, settings = new_source(kafka_up)
     produce(
         settings,
         topic,
-        [order(1, 2, 5.0, 0.5), order(2, 2, 7.0, 2.5), order(3, 3, 1.0, 4.5)],
+        # Order 3 brings a field the schema lacks: evolving the table infers its type in
+        # Python on the executors (an RDD of the records' text).
+        [order(1, 2, 5.0, 0.5), order(2, 2, 7.0, 2.5), {**order(3, 3, 1.0, 4.5), "coupon": "C3"}],
     )
     cdc, cdc_topic, settings = new_source(settings, kind="cdc")
     kafka.produce(
@@ -90,7 +150,12 @@ def test_every_job_runs_without_postgres_settings_or_password(
                 },
             },
             "silver": {
-                orders: {"source": events, "mode": "append", "schema": ORDER_SCHEMA},
+                orders: {
+                    "source": events,
+                    "mode": "append",
+                    "schema": ORDER_SCHEMA,
+                    "schema_drift": "evolve",
+                },
                 people: {
                     "source": cdc,
                     "mode": "scd1",
@@ -119,7 +184,8 @@ def test_every_job_runs_without_postgres_settings_or_password(
         devstack=False,
     )
     fix = tmp_path / "fix.jsonl"
-    fix.write_text(json.dumps(order(1, 2, 6.0, 0.5)) + "\n")  # order 1 re-priced
+    # Order 1 re-priced; a backfill's input names every column, the evolved one too.
+    fix.write_text(json.dumps({**order(1, 2, 6.0, 0.5), "coupon": None}) + "\n")
     env = job_env(tmp_path, settings, conf)
 
     for job, args in (
@@ -145,8 +211,13 @@ def test_every_job_runs_without_postgres_settings_or_password(
         ),
         ("build_gold", ["--table", gold]),
     ):
-        done = run_job(job, args, env)
-        assert done.returncode == 0, f"{job}: {done.stderr[-3000:]}"
+        done = spark_submit(spark_cluster, job, args, env)
+        # spark-submit merges the Python driver's stderr into its stdout (PythonRunner).
+        assert done.returncode == 0, f"{job}: {done.stdout[-3000:]}"
+    # Each ran on the cluster (a local master would never reach it), in this order.
+    jobs = ["ingest_events", "ingest_cdc", "refine_silver", "refine_silver"]
+    jobs += ["realtime_to_offline", "backfill", "build_gold"]
+    assert finished_apps() == [f"{job}.py" for job in jobs]
 
     def table(layer: str, name: str) -> DataFrame:
         return spark.read.format("delta").load(settings.storage.path(layer, name))
@@ -157,6 +228,12 @@ def test_every_job_runs_without_postgres_settings_or_password(
         ignore_row_order=True,
         ignore_nullable=True,
         ignore_columns=["_rescued_data"],
+    )
+    assert_df_equality(
+        table("silver", orders).select("order_id", "coupon"),
+        spark.createDataFrame([(1, None), (2, None), (3, "C3")], "order_id BIGINT, coupon STRING"),
+        ignore_row_order=True,
+        ignore_nullable=True,
     )
     offline_ids = table("offline", offline).select("order_id", "amount").orderBy("order_id")
     assert [tuple(r) for r in offline_ids.collect()] == [(1, 6.0), (2, 7.0)]
