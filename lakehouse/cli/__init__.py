@@ -3,6 +3,7 @@
     lakehouse setup                 resolve the JVM packages and service jars (idempotent)
     lakehouse services start|stop|status [kafka|postgres|connect|spark|all]
     lakehouse demo                  start the services and run the demo pipeline
+    lakehouse notebook [--port N]   JupyterLab on 127.0.0.1 over notebooks/
     lakehouse spark-submit-args     the --packages/--conf a cluster spark-submit needs
     lakehouse status                services, and per layer what the tables hold
     lakehouse reset TABLE           full refresh (refused for protected tables such as bronze)

@@ -4,9 +4,11 @@ it; the jobs and the other commands run without it)."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from lakehouse.cli.common import Command, with_session
-from lakehouse.core.settings import Settings
+from lakehouse.core.settings import Settings, project_root
 from lakehouse.devstack import stack
 
 SERVICE_NAMES = (*stack.SERVICES, *stack.ON_DEMAND, "all")
@@ -52,8 +54,39 @@ def demo(settings: Settings, args: argparse.Namespace) -> None:
     )
 
 
+def _notebook_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=8888, help="port on 127.0.0.1 (default 8888)")
+
+
+def notebook(settings: Settings, args: argparse.Namespace) -> None:
+    """JupyterLab on 127.0.0.1 over `notebooks/`, its kernel this venv's Python; the notebooks'
+    `open_lakehouse()` then loads the same settings (`--env`) and builds the jobs' session."""
+    root = project_root()
+    argv = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={args.port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root / 'notebooks'}",
+    ]
+    if os.geteuid() == 0:  # a container's or a CI machine's only user
+        argv.append("--allow-root")
+    env = {**os.environ, "LAKEHOUSE_HOME": str(root), "LAKEHOUSE_ENV": settings.env}
+    print(f"JupyterLab on http://127.0.0.1:{args.port}/ (the URL with its token follows)")
+    sys.stdout.flush()
+    os.execve(sys.executable, argv, env)  # noqa: S606 - our venv's Python, fixed arguments
+
+
 COMMANDS = {
     "setup": Command("resolve JVM packages and service jars into .lakehouse/", setup),
     "services": Command("start, stop or inspect the local services", services, _services_arguments),
     "demo": Command("start the services and run the demo pipeline", demo, _demo_arguments),
+    "notebook": Command(
+        "JupyterLab on 127.0.0.1 over notebooks/ with the project's session",
+        notebook,
+        _notebook_arguments,
+    ),
 }

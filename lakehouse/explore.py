@@ -1,0 +1,101 @@
+"""Exploring the lakehouse from a notebook: one call gives the session and registers every
+table by name, and a few DataFrames worth plotting (expectation pass rates per batch, rows per
+layer, Kafka lag per partition). The notebooks in `notebooks/` use these; so can any notebook
+on a cluster (nothing here needs the dev stack).
+
+    spark, settings = open_lakehouse()
+    spark.table("silver.orders")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from lakehouse.core import system, tables
+from lakehouse.core.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+ENV_VARIABLE = "LAKEHOUSE_ENV"
+LAG_SCHEMA = (
+    "source string, topic string, partition int, end_offset long, next_offset long, lag long"
+)
+
+
+def open_lakehouse(
+    env: str | None = None, app_name: str = "notebook"
+) -> tuple[SparkSession, Settings]:
+    """The jobs' session and settings (`env`, else `$LAKEHOUSE_ENV`, else `local`), with
+    `bronze.*`, `silver.*`, `gold.*`, `offline.*` and the hybrid views registered by name."""
+    from lakehouse.core.spark import build_session
+    from lakehouse.offline.hybrid import register_views
+
+    settings = load_settings(env or os.environ.get(ENV_VARIABLE, "local"))
+    spark = build_session(settings, app_name)
+    names = register_views(spark, settings)
+    print(f"{len(names)} tables and views registered: {', '.join(names) or 'none yet'}")
+    return spark, settings
+
+
+def expectation_pass_rates(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Per silver table, batch and rule: when the batch ran and the share of its rows that
+    passed (`_system/expectation_metrics`), in batch order."""
+    from pyspark.sql import functions as F
+
+    location = system.path(settings, system.METRICS)
+    if not tables.exists(spark, location):
+        return spark.createDataFrame(
+            [], "table string, batch_id long, at timestamp, rule string, pass_rate double"
+        )
+    metrics = spark.read.format("delta").load(location)
+    checked = F.col("passed") + F.col("failed")
+    return (
+        metrics.where(checked > 0)
+        .select(
+            "table",
+            "batch_id",
+            "at",
+            "rule",
+            (F.col("passed") / checked).alias("pass_rate"),
+        )
+        .orderBy("table", "at", "batch_id", "rule")
+    )
+
+
+def rows_per_layer(spark: SparkSession, names: list[str] | None = None) -> DataFrame:
+    """Rows of every registered table (`layer.table`), per layer and table."""
+    if names is None:
+        names = [
+            f"{t.namespace[0]}.{t.name}"
+            for layer in ("bronze", "silver", "offline", "gold")
+            if spark.catalog.databaseExists(layer)
+            for t in spark.catalog.listTables(layer)
+            if t.tableType != "VIEW" and t.namespace
+        ]
+    rows = [(n.split(".")[0], n.split(".", 1)[1], spark.table(n).count()) for n in sorted(names)]
+    return spark.createDataFrame(rows, "layer string, table string, rows long")
+
+
+def kafka_lag(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Per source and topic partition: Kafka's end offset, the next offset bronze needs (one
+    past the highest it holds, 0 when it holds none) and the difference, the records not yet
+    ingested."""
+    from lakehouse.bronze.ingest import bronze_path
+    from lakehouse.bronze.offsets import bronze_resume_offsets, topic_partitions
+    from lakehouse.core import kafka
+
+    rows: list[tuple[str, str, int, int, int, int]] = []
+    for name, source in sorted(settings.sources.items()):
+        path = bronze_path(settings, name)
+        held = bronze_resume_offsets(spark, path, name) if tables.exists(spark, path) else {}
+        partitions = topic_partitions(settings.kafka, source)
+        marks = kafka.watermarks(settings.kafka, partitions, source.client_options())
+        for (topic, partition), (_low, high) in sorted(marks.items()):
+            following = held.get(topic, {}).get(partition, 0)
+            rows.append((name, topic, partition, high, following, max(high - following, 0)))
+    return spark.createDataFrame(rows, LAG_SCHEMA)
