@@ -26,7 +26,7 @@ from tests.silver.helpers import (
     silver_table,
 )
 
-FILES = 14
+FILES = 10
 PER_FILE = 40
 
 TABLE = {
@@ -118,7 +118,7 @@ def test_sigkill_refine_mid_batch_ends_as_uninterrupted(
     rng = random.Random(5)  # noqa: S311 - test timing
     log = tmp_path / "refine.log"
     progress: list[int] = []
-    for _kill in range(4):
+    for _kill in range(3):
         job = start_job(
             "refine_silver",
             ["--table", crashed, "--trigger", "continuous", "--trigger-interval", "1 second"],
