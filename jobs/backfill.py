@@ -25,6 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.env,
         lambda spark, settings: run(spark, settings, options),
         trigger=args.trigger,
+        verbose=args.verbose,
     )
 
 

@@ -24,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.env,
         lambda spark, settings: ingest(spark, settings, options, "events"),
         trigger=args.trigger,
+        verbose=args.verbose,
     )
 
 

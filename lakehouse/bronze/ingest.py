@@ -57,6 +57,16 @@ class IngestResult:
     historical_rows: int = 0
     gaps: list[offsets.Gap] = field(default_factory=list)
 
+    def summary(self) -> str:
+        """The run in one line (a job prints it last on stdout)."""
+        extra = f", {self.historical_rows} historical row(s) loaded" if self.historical_rows else ""
+        if self.gaps:
+            extra += f", {len(self.gaps)} gap(s) recorded in _system/ingest_log"
+        return (
+            f"{self.source}: {self.rows} record(s) ingested into {self.bronze_path} "
+            f"in {self.batches} batch(es){extra}"
+        )
+
 
 def ingest_parser(job: str, description: str) -> argparse.ArgumentParser:
     """The flags of `ingest_events` and `ingest_cdc` (the same flags, a different kind)."""
@@ -194,7 +204,7 @@ def _run(
     with runtime_conf(spark, WRITE_CONF):
         query = _write_bronze(rows, path, checkpoint, options, source)
     try:
-        await_query(query, options.trigger)
+        await_query(query, options.trigger, progress=True)
     except Exception as exc:
         lost = retention.lost_while_reading(options.source, exc)
         if lost is None:

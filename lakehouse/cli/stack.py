@@ -6,9 +6,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from lakehouse.cli.common import Command, with_session
 from lakehouse.core.settings import Settings, project_root
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 from lakehouse.devstack import stack
 
 SERVICE_NAMES = (*stack.SERVICES, *stack.ON_DEMAND, "all")
@@ -16,8 +20,18 @@ SERVICE_NAMES = (*stack.SERVICES, *stack.ON_DEMAND, "all")
 
 def setup(settings: Settings, _args: argparse.Namespace) -> None:
     stack.install(settings)
-    # Creating a session once makes Ivy resolve the Delta and Kafka packages into the cache.
-    with_session(settings, "lakehouse-setup", lambda spark: spark.range(1).count())
+
+    # Creating a session once makes Ivy resolve the Delta and Kafka packages into the cache;
+    # the jars it resolved are recorded, so later sessions start from them without Ivy.
+    def resolve(spark: SparkSession) -> None:
+        from lakehouse.core.driver import record_resolution
+        from lakehouse.core.spark import ivy_dir
+
+        spark.range(1).count()
+        jars = spark.sparkContext.getConf().get("spark.jars", "") or ""
+        record_resolution(settings, ivy_dir(settings), jars)
+
+    with_session(settings, "lakehouse-setup", resolve)
     print(f"JVM packages ready in {settings.spark.ivy_dir}: {', '.join(settings.spark.packages)}")
 
 

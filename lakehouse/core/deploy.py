@@ -51,13 +51,22 @@ def _zip_bytes(package: Path) -> bytes:
 
 
 def submit_args(settings: Settings, archive: Path) -> list[str]:
-    """The spark-submit options of a job: the JVM packages, the library archive and every
+    """The spark-submit options of a job: the JVM packages (the jar files the set-up resolved,
+    else their coordinates), the library archive and every
     Spark option the local session factory sets, except what belongs to the cluster (master,
     driver address)."""
+    from lakehouse.core.driver import resolved_jars
     from lakehouse.core.spark import CLUSTER_OWNED, session_conf
 
     conf = session_conf(settings)
-    parts = ["--packages", conf.pop("spark.jars.packages"), "--py-files", str(archive)]
+    packages = conf.pop("spark.jars.packages")
+    jars = resolved_jars(settings, conf["spark.jars.ivy"])
+    if jars:  # the set-up resolved them: spark-submit ships the files, no Ivy resolution
+        conf.pop("spark.jars.ivy")
+        parts = ["--jars", ",".join(jars)]
+    else:
+        parts = ["--packages", packages]
+    parts += ["--py-files", str(archive)]
     for key in CLUSTER_OWNED | {"spark.app.name"}:
         conf.pop(key, None)
     for key, value in sorted(conf.items()):

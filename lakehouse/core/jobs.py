@@ -30,15 +30,22 @@ def base_parser(job: str, description: str) -> argparse.ArgumentParser:
         help="available-now: process what is there and exit (default); "
         "continuous: micro-batches until SIGTERM",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also Spark's INFO lines and routine warnings (default: the job's lines, "
+        "warnings and errors)",
+    )
     return parser
 
 
-def configure_logging() -> None:
+def configure_logging(verbose: bool = False) -> None:
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # py4j logs every gateway connection at INFO, down to interpreter exit: noise in a job log.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.INFO if verbose else logging.WARNING)
 
 
 def run_job(
@@ -46,6 +53,7 @@ def run_job(
     env: str,
     body: Callable[[SparkSession, Settings], T],
     trigger: str = "available-now",
+    verbose: bool = False,
 ) -> int:
     """Load settings, build the session, run `body`, always stop the session; the exit code.
 
@@ -54,7 +62,7 @@ def run_job(
     at its next check (`core.streaming.stop_on_signals`)."""
     from lakehouse.core.spark import build_session
 
-    configure_logging()
+    configure_logging(verbose)
     with stop_on_signals(trigger) as stop:
         try:
             settings = load_settings(env)
@@ -62,13 +70,13 @@ def run_job(
             return fail(job, exc)
         if stop.is_set():
             return _stopped_early(job)
-        spark = build_session(settings, job)
+        spark = build_session(settings, job, verbose)
         error: BaseException | None = None
         try:
             if stop.is_set():
                 _stopped_early(job)
             else:
-                body(spark, settings)
+                _print_summary(body(spark, settings))
         except Exception as exc:
             error = exc
             _log_unexpected(job, exc)
@@ -77,6 +85,14 @@ def run_job(
     # The verdict is printed after the session stopped, so it is the job's last line (Spark
     # and py4j log their shutdown).
     return EXIT_OK if error is None else fail(job, error, logged=True)
+
+
+def _print_summary(result: object) -> None:
+    """A result that sums its run up in one line (`summary()`) prints it on stdout: results
+    go to stdout, logs to stderr."""
+    summary = getattr(result, "summary", None)
+    if callable(summary):
+        print(summary(), flush=True)
 
 
 def _stopped_early(job: str) -> int:

@@ -73,26 +73,46 @@ def configure_builder(
     return builder
 
 
-def build_session(settings: Settings, app_name: str | None = None) -> SparkSession:
+def build_session(
+    settings: Settings, app_name: str | None = None, verbose: bool = False
+) -> SparkSession:
     """The session for a job, a test or a notebook. Under spark-submit the JVM already exists
-    with the options given on its command line (`--master`, `--conf`): those win, the
-    settings only fill the gaps (a builder option would otherwise replace them, and a local
-    master would silently take a job off the cluster)."""
+    with the options given on its command line (`--master`, `--conf`, `--jars`): those win,
+    the settings only fill the gaps (a builder option would otherwise replace them, and a local
+    master would silently take a job off the cluster). A local driver starts quiet unless
+    `verbose` (`lakehouse.core.driver`)."""
     from pyspark.sql import SparkSession
 
     conf = session_conf(settings, app_name)
     if submitted():
-        given = _submitted_conf()
+        given = _submitted_conf() | {"spark.jars.packages", "spark.jars.ivy"}
         conf = {k: v for k, v in conf.items() if k not in given and k not in CLUSTER_OWNED}
-    elif settings.spark.master.startswith("local"):
-        # The JVM picks its own address before it reads any option: keep it on loopback.
-        os.environ.setdefault("SPARK_LOCAL_IP", settings.spark.driver_host)
+    else:
+        if settings.spark.master.startswith("local"):
+            # The JVM picks its own address before it reads any option: keep it on loopback.
+            os.environ.setdefault("SPARK_LOCAL_IP", settings.spark.driver_host)
+        conf = _local_driver(settings, conf, verbose)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    session.sparkContext.setLogLevel("INFO" if verbose else "WARN")
     return session
+
+
+def _local_driver(settings: Settings, conf: dict[str, str], verbose: bool) -> dict[str, str]:
+    """The options only a driver JVM this process starts can take: the set-up's resolved jars
+    instead of the packages, and the console's log4j2 configuration."""
+    from lakehouse.core.driver import log4j_options, resolved_jars
+
+    conf = dict(conf)
+    jars = resolved_jars(settings, conf["spark.jars.ivy"])
+    if jars:
+        del conf["spark.jars.packages"]
+        conf["spark.jars"] = ",".join([*filter(None, [conf.get("spark.jars")]), *jars])
+    extra = conf.get("spark.driver.extraJavaOptions", "")
+    conf["spark.driver.extraJavaOptions"] = f"{log4j_options(verbose)} {extra}".strip()
+    return conf
 
 
 def submitted() -> bool:

@@ -72,13 +72,18 @@ def stop_on_signals(trigger: str) -> Iterator[threading.Event]:
             signal.signal(sig, handler)
 
 
-def await_query(query: StreamingQuery, trigger: str) -> None:
+def await_query(query: StreamingQuery, trigger: str, progress: bool = False) -> None:
     """Wait for the query. In continuous mode SIGTERM/SIGINT stop it and exit 0; a batch in
     flight is not committed and is redone on restart (Delta commits are atomic and the sink
-    idempotent, so even SIGKILL loses or duplicates nothing)."""
+    idempotent, so even SIGKILL loses or duplicates nothing). With `progress`, one line per
+    micro-batch: rows in, rate, and how far the source is behind."""
+    lines = _ProgressLines(query) if progress else None
     with stop_on_signals(trigger) as stop:
         while not stop.is_set():
-            if query.awaitTermination(1):
+            done = query.awaitTermination(1)
+            if lines:
+                lines.log_new()
+            if done:
                 break
         if stop.is_set():
             log.info("stopping %s", query.name)
@@ -86,6 +91,44 @@ def await_query(query: StreamingQuery, trigger: str) -> None:
         error = query.exception()
         if error is not None:
             raise error
+
+
+class _ProgressLines:
+    """Logs each micro-batch of a query once, from its progress reports (polled: no listener
+    thread calls back into Python)."""
+
+    def __init__(self, query: StreamingQuery) -> None:
+        self.query = query
+        self.last = -1
+
+    def log_new(self) -> None:
+        for report in self.query.recentProgress:
+            batch = int(report.get("batchId", -1))
+            rows = int(report.get("numInputRows", 0))
+            if batch <= self.last:
+                continue
+            self.last = batch
+            if rows == 0:
+                continue  # an idle trigger of a continuous job: nothing to say
+            log.info(
+                "%s batch %d: %d rows in, %.0f rows/s%s",
+                self.query.name,
+                batch,
+                rows,
+                float(report.get("processedRowsPerSecond") or 0.0),
+                _behind(report),
+            )
+
+
+def _behind(report: dict[str, Any]) -> str:
+    """`, N records behind` for Kafka sources (what the broker holds past this batch)."""
+    behind = [
+        int(float(value))
+        for source in report.get("sources", [])
+        for key, value in (source.get("metrics") or {}).items()
+        if key == "maxOffsetsBehindLatest" and value is not None
+    ]
+    return f", {max(behind)} records behind (max per partition)" if behind else ""
 
 
 def repeat(run: Callable[[], object], trigger: str, interval_s: float) -> None:

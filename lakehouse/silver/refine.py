@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from lakehouse.bronze import offsets
 from lakehouse.bronze.ingest import bronze_path
 from lakehouse.core import fs, protection, system, tables
-from lakehouse.core.errors import ContractViolation, UsageError
+from lakehouse.core.errors import UsageError
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import SilverTableSettings
@@ -76,6 +76,15 @@ class RefineResult:
     rows_quarantined: int = 0
     failed: dict[str, int] = field(default_factory=dict)
 
+    def summary(self) -> str:
+        """The run in one line (a job prints it last on stdout)."""
+        failed = ", ".join(f"{rule}={n}" for rule, n in sorted(self.failed.items()) if n)
+        return (
+            f"silver.{self.table}: {self.batches} batch(es), {self.rows_in} row(s) in, "
+            f"{self.rows_written} written, {self.rows_dropped} dropped, "
+            f"{self.rows_quarantined} quarantined; failed per rule: {failed or 'none'}"
+        )
+
     def add(self, batch_id: int, stats: BatchStats) -> None:
         self.batches += 1
         self.batch_ids.append(batch_id)
@@ -123,8 +132,10 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
             plan.stream_id = stream_id(spark, checkpoint)
         try:
             result.add(int(batch_id), refine_batch(batch, int(batch_id), plan))
-        except ContractViolation as exc:
-            errors.append(exc)  # re-raised as itself below, not as a Py4J wrapper
+        except Exception as exc:
+            # Re-raised as itself below, not as the Py4J wrapper whose one line is "An
+            # exception was raised by the Python Proxy": the verdict names the real cause.
+            errors.append(exc)
             raise
         # Tombstones past their retention go after a run's first batch and then hourly: one
         # DELETE, idempotent, in this same thread (no conflict with the batch commits).

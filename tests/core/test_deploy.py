@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import lakehouse
 from lakehouse.core.deploy import library_archive, submit_args
-from lakehouse.core.settings import Settings
+from lakehouse.core.driver import record_resolution
+from lakehouse.core.settings import Settings, SparkSettings
 
 pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 
@@ -55,9 +57,9 @@ def test_a_changed_archive_is_rewritten(tmp_path: Path) -> None:
 
 def test_submit_args_leave_master_and_driver_address_to_the_cluster(tmp_path: Path) -> None:
     archive = tmp_path / "lib.zip"
-    settings = Settings()
+    settings = replace(Settings(), spark=replace(SparkSettings(), ivy_dir=str(tmp_path / "ivy")))
 
-    args = submit_args(settings, archive)
+    args = submit_args(settings, archive)  # nothing resolved in this Ivy dir: coordinates
 
     assert args[:4] == ["--packages", ",".join(settings.spark.packages), "--py-files", str(archive)]
     confs = [args[i + 1] for i, a in enumerate(args) if a == "--conf"]
@@ -71,4 +73,25 @@ def test_submit_args_leave_master_and_driver_address_to_the_cluster(tmp_path: Pa
     ):
         assert owned not in keys
     assert "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension" in confs
+    assert f"spark.jars.ivy={tmp_path / 'ivy'}" in confs
     assert len(args) == 4 + 2 * len(confs)
+
+
+def test_submit_args_ship_the_jars_the_set_up_resolved(tmp_path: Path) -> None:
+    ivy = tmp_path / "ivy"
+    (ivy / "jars").mkdir(parents=True)
+    names = ["io.delta_delta-spark_2.13-4.0.0.jar", "org.slf4j_slf4j-api-2.0.16.jar"]
+    for name in names:
+        (ivy / "jars" / name).write_bytes(b"PK")
+    settings = replace(Settings(), spark=replace(SparkSettings(), ivy_dir=str(ivy)))
+    spark_jars = ",".join(f"file://{ivy / 'jars' / n}" for n in names)  # as Spark reports them
+    record_resolution(settings, str(ivy), spark_jars)
+
+    args = submit_args(settings, tmp_path / "lib.zip")
+
+    assert args[:2] == ["--jars", ",".join(str(ivy / "jars" / n) for n in names)]
+    assert not any(a.startswith("spark.jars.ivy=") for a in args)  # no Ivy resolution at all
+    (ivy / "jars" / names[1]).unlink()  # a jar gone: back to resolving the coordinates
+    assert submit_args(settings, tmp_path / "lib.zip")[0] == "--packages"
+    other = replace(settings, spark=replace(settings.spark, packages=("g:a:1",)))
+    assert submit_args(other, tmp_path / "lib.zip")[:2] == ["--packages", "g:a:1"]

@@ -1,0 +1,100 @@
+"""What a job prints, run as a user runs it: one line per micro-batch and a summary on stdout,
+no Ivy report, no Spark banner and no routine Spark warnings unless `--verbose`; and an error
+inside Spark still shows Spark's error lines above the one-line verdict."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lakehouse.core.errors import EXIT_FAILED
+from lakehouse.core.settings import Settings
+from tests.bronze.helpers import job_env, new_source, run_job
+from tests.jobs.helpers import conf_overlay, last_line, overlay_env
+from tests.silver.helpers import ORDER_SCHEMA, produce
+
+TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+NOISE = (
+    ":: resolution report ::",  # Ivy
+    "Ivy Default Cache",
+    "Using Spark's default log4j profile",
+    "Setting default log level",
+    "NativeCodeLoader",
+    "ResolveWriteToStream",
+    "SparkStringUtils",
+    " INFO SparkContext",
+)
+
+
+def order(order_id: int, amount: float) -> dict[str, object]:
+    return {
+        "order_id": order_id,
+        "customer_id": 1,
+        "order_status": "paid",
+        "amount": amount,
+        "ts": 1_000 + order_id,
+    }
+
+
+def test_a_quiet_job_prints_a_line_per_batch_and_its_summary_and_verbose_shows_spark(
+    kafka_up: Settings, tmp_path: Path
+) -> None:
+    source, topic, settings = new_source(kafka_up)
+    produce(settings, topic, [order(i, 1.0) for i in range(5)])
+    env = {
+        **job_env(settings, source, topic),
+        f"LAKEHOUSE__SOURCES__{source.upper()}__MAX_OFFSETS_PER_TRIGGER": "3",
+    }
+
+    done = run_job("ingest_events", ["--source", source], env)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    bronze = settings.storage.path("bronze", source)
+    assert done.stdout == f"{source}: 5 record(s) ingested into {bronze} in 2 batch(es)\n"
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("WARNING: Using")]
+    behind = ", 0 records behind (max per partition)"
+    pattern = (
+        rf"{TIME} INFO lakehouse.core.streaming: "
+        rf"ingest_{source} batch (\d+): (\d+) rows in, \d+ rows/s(.*)"
+    )
+    batches = [re.fullmatch(pattern, line) for line in lines]
+    assert all(batches), lines  # nothing else: no Ivy, no banner, no routine warning
+    assert [(m[1], m[2]) for m in batches if m] == [("0", "3"), ("1", "2")]
+    assert [m[3] for m in batches if m][-1] == behind
+
+    produce(settings, topic, [order(9, 1.0)])
+    verbose = run_job("ingest_events", ["--source", source, "--verbose"], env)
+
+    assert verbose.returncode == 0, verbose.stderr[-3000:]
+    assert " INFO SparkContext: " in verbose.stderr  # Spark's INFO lines, on request
+    assert verbose.stdout.startswith(f"{source}: 1 record(s) ingested")
+    for noise in NOISE:
+        assert noise not in done.stderr, noise
+
+
+def test_an_error_inside_spark_keeps_sparks_error_lines_above_the_verdict(
+    kafka_up: Settings, tmp_path: Path
+) -> None:
+    source, topic, settings = new_source(kafka_up)
+    produce(settings, topic, [order(1, 1.0)])
+    name = "console_" + source
+    # ANSI SQL (Spark 4's default): a division by zero fails the task that evaluates it.
+    declared = {
+        "source": source,
+        "mode": "append",
+        "schema": ORDER_SCHEMA,
+        "expectations": [{"name": "ratio", "sql": "amount / (order_id - 1) > 0"}],
+    }
+    conf = conf_overlay(
+        tmp_path,
+        {"sources": {source: {"kind": "events", "topics": [topic]}}, "silver": {name: declared}},
+    )
+    env = overlay_env(settings, conf)
+    assert run_job("ingest_events", ["--source", source], env).returncode == 0
+
+    done = run_job("refine_silver", ["--table", name], env)
+
+    assert done.returncode == EXIT_FAILED, done.stderr[-3000:]
+    assert re.search(r"ERROR \w+: .*DIVIDE_BY_ZERO", done.stderr), done.stderr[-3000:]
+    assert last_line(done).startswith("refine_silver: ")
+    assert "DIVIDE_BY_ZERO" in last_line(done)
