@@ -116,6 +116,13 @@ def ingest(
     """Run one ingest job for `options.source`, which must be of `kind` (events | cdc)."""
     source = _check(settings, options, kind)
     path = bronze_path(settings, options.source)
+
+    def read_topics() -> set[str]:
+        if not tables.exists(spark, path):
+            return set()
+        return set(offsets.bronze_resume_offsets(spark, path, options.source))
+
+    offsets.require_topics(settings.kafka, options.source, source, read_topics)
     result = IngestResult(options.source, path)
     if not _ensure_table(spark, path, kind):
         protection.require_intact(spark, settings, settings.bronze_table(options.source), path)

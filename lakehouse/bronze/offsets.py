@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,31 @@ START_MODES = ("earliest", "latest", "bronze", "offsets=JSON", "timestamp=MS")
 
 class StartFromError(UsageError):
     """A --start-from value that cannot be used; the message says which form is expected."""
+
+
+class TopicMissing(UsageError):
+    """A source names topics the broker does not have (and bronze never read)."""
+
+
+def require_topics(
+    kafka: KafkaSettings, name: str, source: SourceSettings, read: Callable[[], set[str]]
+) -> None:
+    """Refuse to start on a topic that does not exist (Spark would fail later, after a page of
+    stack, with UnknownTopicOrPartition). A topic bronze did read and that is gone now is a
+    deleted topic, which the retention checks report as such. `read` gives the topics bronze
+    holds rows of (asked only when a topic is missing)."""
+    from lakehouse.core.kafka import metadata
+
+    if not source.topics:
+        return  # a pattern may match nothing yet
+    present = set(metadata(kafka, source.client_options(), timeout_s=15).topics)
+    absent = [t for t in source.topics if t not in present]
+    missing = [t for t in absent if t not in read()] if absent else []
+    if missing:
+        raise TopicMissing(
+            f"source {name!r}: topic(s) {missing} do not exist on {kafka.bootstrap_servers}; "
+            f"create them (or let their producer create them), or fix sources.{name}.topics"
+        )
 
 
 class TopicRewound(DataLoss):
@@ -179,11 +204,9 @@ def bronze_resume_offsets(spark: SparkSession, bronze_path: str, source: str) ->
 
 def topic_partitions(kafka: KafkaSettings, source: SourceSettings) -> dict[str, list[int]]:
     """The partitions the source reads now (topic list or pattern)."""
-    from confluent_kafka.admin import AdminClient
+    from lakehouse.core.kafka import metadata
 
-    from lakehouse.core.kafka import client_config
-
-    meta = AdminClient(client_config(kafka, **source.client_options())).list_topics(timeout=30)
+    meta = metadata(kafka, source.client_options())
     if source.topics:
         wanted = [t for t in source.topics if t in meta.topics]
     else:

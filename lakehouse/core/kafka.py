@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lakehouse.core.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError, one_line
 from lakehouse.core.settings import KafkaSettings
 
 
@@ -70,11 +70,25 @@ def topic_names(
     kafka: KafkaSettings, options: Mapping[str, str] | None = None, timeout_s: float = 30.0
 ) -> set[str]:
     """The topics the broker has now."""
+    return set(metadata(kafka, options, timeout_s).topics)
+
+
+def metadata(
+    kafka: KafkaSettings, options: Mapping[str, str] | None = None, timeout_s: float = 30.0
+) -> Any:
+    """The cluster's metadata (topics and partitions); a broker that cannot be reached is a
+    `KafkaError` naming it and the fix, not a client exception."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    return set(
-        AdminClient(client_config(kafka, **(options or {}))).list_topics(timeout=timeout_s).topics
-    )
+    try:
+        return AdminClient(client_config(kafka, **(options or {}))).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaError(
+            f"Kafka at {kafka.bootstrap_servers} cannot be reached within {timeout_s:g} s "
+            f"({one_line(exc, 200)}): start the broker (locally: lakehouse services start "
+            "kafka) or fix kafka.bootstrap_servers"
+        ) from None
 
 
 def watermarks(

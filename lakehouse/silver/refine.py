@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from lakehouse.bronze import offsets
 from lakehouse.bronze.ingest import bronze_path
 from lakehouse.core import fs, protection, system, tables
-from lakehouse.core.errors import UsageError
+from lakehouse.core.errors import LakehouseError, UsageError
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import SilverTableSettings
@@ -153,7 +153,11 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
     try:
         await_query(query, options.trigger)
     except Exception:
-        if errors:
+        # A stray ValueError would read as "bad usage" (exit 2) though batches may have been
+        # committed: it stays wrapped (exit 1), its cause in the message.
+        if errors and (
+            isinstance(errors[0], LakehouseError) or not isinstance(errors[0], ValueError)
+        ):
             raise errors[0] from None
         raise
     return result

@@ -147,6 +147,19 @@ def test_sigterm_stops_continuous_cleanly(
     assert bronze(spark, settings, name).count() == 10
 
 
+def jvm_started(group: int) -> bool:
+    """Whether a `java` process runs in the process group `group` (the job's driver JVM)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name == "java" and int(rest.split()[2]) == group:
+            return True
+    return False
+
+
 def test_sigterm_while_the_session_starts_stops_the_continuous_job_cleanly(
     spark: SparkSession, kafka_up: Settings, tmp_path: Path
 ) -> None:
@@ -162,8 +175,8 @@ def test_sigterm_while_the_session_starts_stops_the_continuous_job_cleanly(
     )
     try:
         deadline = time.monotonic() + 180
-        # Spark prints this as its JVM comes up, well before the session is ready.
-        while "log4j" not in log.read_text() and time.monotonic() < deadline:
+        # The job's JVM has been launched, well before the session is ready.
+        while not jvm_started(job.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert committed_rows(spark, settings, name) == 0
         job.send_signal(signal.SIGTERM)

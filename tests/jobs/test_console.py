@@ -7,7 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lakehouse.core.errors import EXIT_FAILED
+from pyspark.sql import SparkSession
+
+from lakehouse.core import tables
+from lakehouse.core.errors import EXIT_FAILED, EXIT_USAGE
 from lakehouse.core.settings import Settings
 from tests.bronze.helpers import job_env, new_source, run_job
 from tests.jobs.helpers import conf_overlay, last_line, overlay_env
@@ -98,3 +101,40 @@ def test_an_error_inside_spark_keeps_sparks_error_lines_above_the_verdict(
     assert re.search(r"ERROR \w+: .*DIVIDE_BY_ZERO", done.stderr), done.stderr[-3000:]
     assert last_line(done).startswith("refine_silver: ")
     assert "DIVIDE_BY_ZERO" in last_line(done)
+
+
+def test_a_source_topic_that_does_not_exist_stops_the_job_at_start_naming_it(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    source, topic, settings = new_source(kafka_up)
+    env = {**job_env(settings, source, f"{topic}-typo")}
+
+    done = run_job("ingest_events", ["--source", source], env)
+
+    assert done.returncode == EXIT_USAGE, done.stderr[-3000:]
+    assert last_line(done) == (
+        f"ingest_events: source {source!r}: topic(s) ['{topic}-typo'] do not exist on "
+        f"{settings.kafka.bootstrap_servers}; create them (or let their producer create them), "
+        f"or fix sources.{source}.topics"
+    )
+    assert not tables.exists(spark, settings.storage.path("bronze", source))  # nothing written
+
+
+def test_a_broker_that_cannot_be_reached_ends_the_job_with_one_line_naming_it(
+    kafka_up: Settings,
+) -> None:
+    source, topic, settings = new_source(kafka_up)
+    env = {**job_env(settings, source, topic), "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9"}
+
+    done = run_job("ingest_events", ["--source", source], env)
+
+    assert done.returncode == EXIT_FAILED, done.stderr[-3000:]
+    line = last_line(done)
+    assert line.startswith("ingest_events: Kafka at 127.0.0.1:9 cannot be reached within 15 s ("), (
+        line
+    )
+    assert line.endswith(
+        "): start the broker (locally: lakehouse services start kafka) "
+        "or fix kafka.bootstrap_servers"
+    ), line
+    assert "Traceback" not in done.stderr  # anticipated: no stack
