@@ -61,6 +61,10 @@ def job_env(tmp_path: Path, settings: Settings, conf: Path) -> dict[str, str]:
     }
     env.update(
         {
+            # What `source .venv/bin/activate` does, as the README asks before spark-submit
+            # (its launcher finds Spark through the `python3` on PATH).
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "VIRTUAL_ENV": str(BIN.parent),
             "LAKEHOUSE_HOME": str(home),
             "LAKEHOUSE_CONF_DIR": str(conf),
             "LAKEHOUSE__STORAGE__ROOT": settings.storage.root,
