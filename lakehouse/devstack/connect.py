@@ -102,6 +102,7 @@ def _server(settings: Settings, paths: StatePaths) -> JvmServer:
         paths.connect_dir,
         ports=((host, port, URL_SETTING),),
         ready=lambda: _ready(settings),
+        heap="2g",
     )
 
 

@@ -29,7 +29,6 @@ from lakehouse.devstack.processes import (
     wait_until,
 )
 
-JVM_HEAP = "-Xmx512m"
 TOOL_HEAP = "-Xmx256m"
 
 
@@ -88,12 +87,13 @@ def tool_argv(paths: StatePaths, jars: Path, main: str, *args: str) -> list[str]
     return _argv(jars, main, args, TOOL_HEAP, f"-Dlog4j2.configurationFile={log4j}")
 
 
-def _server_argv(service: str, paths: StatePaths, jars: Path, main: str, *args: str) -> list[str]:
+def _server_argv(server: JvmServer, paths: StatePaths, *args: str) -> list[str]:
+    service = server.service
     return _argv(
-        jars,
-        main,
+        server.jars,
+        server.main,
         args,
-        JVM_HEAP,
+        f"-Xmx{server.heap}",
         "-Xms64m",
         "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
@@ -114,6 +114,9 @@ class JvmServer:
     # (host, port, the setting that moves it): each must be free before it starts.
     ports: Sequence[tuple[str, int, str]]
     ready: Callable[[], bool]
+    # Upstream's start scripts' maximum heap (kafka-server-start 1G, connect-standalone 2G): a
+    # worker that runs out exits at once (ExitOnOutOfMemoryError) and drops every connector.
+    heap: str = "1g"
 
 
 def _await_ready(server: JvmServer, paths: StatePaths, pid: int, what: str, timeout: float) -> None:
@@ -148,7 +151,7 @@ def start_jvm(
             return
         for host, port, setting in server.ports:
             require_free(server.label, host, port, setting)
-        cmd = _server_argv(server.service, paths, server.jars, server.main, *prepare())
+        cmd = _server_argv(server, paths, *prepare())
         pid = spawn(cmd, paths.log(server.service), env, server.cwd)
         paths.pidfile(server.service).write_text(f"{pid}\n")
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,6 +17,8 @@ from lakehouse.core import kafka
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
 from lakehouse.core.specs import ExpectationSettings, SilverTableSettings
+from lakehouse.devstack.connect import start_connect
+from lakehouse.devstack.processes import state_paths
 from lakehouse.silver.refine import RefineOptions, RefineResult, refine
 from tests.bronze.helpers import new_source, run_ingest, wait_for_records
 from tests.conftest import pg_connect
@@ -114,6 +117,9 @@ def debezium_table(
         register_postgres_connector,
     )
 
+    # One worker serves every test: if an earlier test left it dead, start it again here so
+    # its failure stays that test's own instead of failing every CDC test after it.
+    start_connect(settings)
     table = f"t_{uuid.uuid4().hex[:8]}"
     with pg_connect(settings) as conn:
         for statement in ddl:
@@ -132,17 +138,37 @@ def debezium_table(
         unwrap=unwrap,
         extra=connector_config,
     )
+    failing = True
     try:
         source, _, with_source = new_source(settings, kind="cdc")
         cdc = replace(with_source.sources[source], topics=(topic,))
         with_source = replace(with_source, sources={**with_source.sources, source: cdc})
         yield DebeziumTable(table, topic, source, with_source, connector, prefix)
+        failing = False
     finally:
-        delete_connector(settings, connector)
-        with pg_connect(settings) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS public.{table}")
-            for statement in drop:
-                conn.execute(statement)
+        try:
+            delete_connector(settings, connector)
+            with pg_connect(settings) as conn:
+                conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+                for statement in drop:
+                    conn.execute(statement)
+        except Exception as error:
+            # A clean-up error must not hide the test's own failure; either way the worker's
+            # last lines tell why it went away.
+            message = f"clean-up failed: {error}\n--- {CONNECT_LOG} ---\n{_connect_log_tail()}"
+            if not failing:
+                raise AssertionError(message) from error
+            print(message, file=sys.stderr)
+
+
+CONNECT_LOG = "the last lines of .lakehouse/logs/connect.log"
+
+
+def _connect_log_tail(lines: int = 40) -> str:
+    log = state_paths().log("connect")
+    if not log.exists():
+        return "(no log)"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def rounds_equal_postgres(
