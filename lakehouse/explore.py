@@ -22,9 +22,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENV_VARIABLE = "LAKEHOUSE_ENV"
-LAG_SCHEMA = (
-    "source string, topic string, partition int, end_offset long, next_offset long, lag long"
-)
 
 
 def open_lakehouse(
@@ -82,20 +79,8 @@ def rows_per_layer(spark: SparkSession, names: list[str] | None = None) -> DataF
 
 
 def kafka_lag(spark: SparkSession, settings: Settings) -> DataFrame:
-    """Per source and topic partition: Kafka's end offset, the next offset bronze needs (one
-    past the highest it holds, 0 when it holds none) and the difference, the records not yet
-    ingested."""
-    from lakehouse.bronze.ingest import bronze_path
-    from lakehouse.bronze.offsets import bronze_resume_offsets, topic_partitions
-    from lakehouse.core import kafka
+    """Per source and topic partition: end offset, the next offset bronze needs and the
+    records not yet ingested (`lakehouse status` shows the same)."""
+    from lakehouse.status import kafka_summary
 
-    rows: list[tuple[str, str, int, int, int, int]] = []
-    for name, source in sorted(settings.sources.items()):
-        path = bronze_path(settings, name)
-        held = bronze_resume_offsets(spark, path, name) if tables.exists(spark, path) else {}
-        partitions = topic_partitions(settings.kafka, source)
-        marks = kafka.watermarks(settings.kafka, partitions, source.client_options())
-        for (topic, partition), (_low, high) in sorted(marks.items()):
-            following = held.get(topic, {}).get(partition, 0)
-            rows.append((name, topic, partition, high, following, max(high - following, 0)))
-    return spark.createDataFrame(rows, LAG_SCHEMA)
+    return kafka_summary(spark, settings)

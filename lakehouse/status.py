@@ -1,10 +1,13 @@
-"""What `lakehouse status` shows: per source, what bronze holds and whether it is protected;
-per silver table, its live rows, pending quarantine and the last batch's expectation results;
+"""What `lakehouse status` shows: per source partition, how far bronze is behind Kafka; per
+source, what bronze holds and whether it is protected; per silver table, its live rows, how far
+it is behind bronze (commits and seconds), pending quarantine and the last batch's expectation
+results;
 per offline table, its boundary, moves, backfills and the late changes not applied; per gold
 table, its groups, last build and source lag."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from lakehouse.bronze.ingest import bronze_path
@@ -18,6 +21,32 @@ SUMMARY_SCHEMA = (
     "source string, table string, rows long, bad_rows long, topic_partitions int, "
     "last_ingest_time timestamp, protected boolean, gaps_recorded int"
 )
+
+
+KAFKA_SCHEMA = (
+    "source string, topic string, partition int, end_offset long, next_offset long, lag long"
+)
+
+
+def kafka_summary(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Per source and topic partition: Kafka's end offset, the next offset bronze needs (one
+    past the highest it holds, 0 when it holds none) and the difference, the records not yet
+    ingested. A configured topic that does not exist is one row with NULL partition and
+    offsets."""
+    from lakehouse.bronze.offsets import bronze_resume_offsets, topic_partitions
+    from lakehouse.core import kafka
+
+    rows: list[tuple[object, ...]] = []
+    for name, source in sorted(settings.sources.items()):
+        path = bronze_path(settings, name)
+        held = bronze_resume_offsets(spark, path, name) if tables.exists(spark, path) else {}
+        partitions = topic_partitions(settings.kafka, source)
+        marks = kafka.watermarks(settings.kafka, partitions, source.client_options())
+        for (topic, partition), (_low, high) in sorted(marks.items()):
+            following = held.get(topic, {}).get(partition, 0)
+            rows.append((name, topic, partition, high, following, max(high - following, 0)))
+        rows.extend((name, t, None, None, None, None) for t in source.topics if t not in partitions)
+    return spark.createDataFrame(rows, KAFKA_SCHEMA)
 
 
 def bronze_summary(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -72,9 +101,14 @@ def _gap_counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
 
 
 SILVER_SCHEMA = (
-    "table string, mode string, live_rows long, last_batch long, last_batch_at timestamp, "
+    "table string, mode string, live_rows long, bronze_version long, processed_version long, "
+    "lag_commits long, lag_seconds long, last_batch long, last_batch_at timestamp, "
     "last_batch_rows long, last_batch_failed string, quarantined_pending long"
 )
+# Beyond this many unprocessed bronze commits, each counts as one with rows (not read).
+_LAG_COMMITS_READ = 500
+# Delta's offset index for "every file of this version done" (DeltaSourceOffset.END_INDEX).
+_END_INDEX = 2**63 - 1 - 100
 
 
 def silver_summary(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -122,6 +156,7 @@ def silver_summary(spark: SparkSession, settings: Settings) -> DataFrame:
                 f"silver.{name}",
                 table.mode,
                 live,
+                *_bronze_lag(spark, settings, name, table.source),
                 batch,
                 at,
                 batch_rows,
@@ -130,6 +165,63 @@ def silver_summary(spark: SparkSession, settings: Settings) -> DataFrame:
             )
         )
     return spark.createDataFrame(rows, SILVER_SCHEMA)
+
+
+def _bronze_lag(
+    spark: SparkSession, settings: Settings, name: str, source: str
+) -> tuple[int | None, int | None, int | None, int | None]:
+    """(bronze's newest version, the newest version this silver table has read in full, the
+    bronze commits after it that added rows, the age in seconds of the oldest of those)."""
+    from lakehouse.silver.refine import checkpoint_path
+
+    path = bronze_path(settings, source)
+    if not tables.exists(spark, path):
+        return None, None, None, None
+    newest = tables.latest_version(spark, path)
+    processed = processed_version(spark, checkpoint_path(settings, name))
+    first = -1 if processed is None else processed
+    pending = [v for v in range(first + 1, newest + 1) if _adds_rows(spark, path, v, first)]
+    seconds = 0
+    if pending:
+        info = tables.commit_info(spark, path, pending[0]) or {}
+        written = int(info.get("timestamp", time.time() * 1000)) / 1000
+        seconds = max(0, int(time.time() - written))
+    return newest, processed, len(pending), seconds
+
+
+def processed_version(spark: SparkSession, checkpoint: str) -> int | None:
+    """The newest source version a Delta streaming query has read in full: from the end
+    offset of its last committed batch (`reservoirVersion` V with index -1, or a partly read
+    V, means V-1; END_INDEX means V). None before its first committed batch."""
+    import json
+
+    from lakehouse.core import fs
+
+    if not fs.exists(spark, f"{checkpoint}/commits"):
+        return None
+    commits = [int(n) for n in fs.list_names(spark, f"{checkpoint}/commits") if n.isdigit()]
+    if not commits:
+        return None
+    lines = fs.read_text(spark, f"{checkpoint}/offsets/{max(commits)}").splitlines()
+    offset = json.loads(next(line for line in lines[2:] if line.startswith("{")))
+    version = int(offset["reservoirVersion"])
+    return version if int(offset["index"]) >= _END_INDEX else version - 1
+
+
+def _adds_rows(spark: SparkSession, path: str, version: int, first: int) -> bool:
+    """Whether bronze commit `version` added data (a property change or a protection record
+    gives silver nothing to do, so it is no lag)."""
+    import json
+
+    from lakehouse.core import fs
+
+    if version - first > _LAG_COMMITS_READ:
+        return True
+    file = f"{path.rstrip('/')}/_delta_log/{version:020d}.json"
+    if not fs.exists(spark, file):
+        return True  # cleaned up; assume it did
+    actions = (json.loads(line) for line in fs.read_text(spark, file).splitlines() if line)
+    return any("add" in action and action["add"].get("dataChange", True) for action in actions)
 
 
 OFFLINE_SCHEMA = (

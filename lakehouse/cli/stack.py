@@ -49,8 +49,13 @@ def services(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def print_status(settings: Settings) -> None:
-    for name, state in stack.status(settings).items():
+    for name, state in services_status(settings).items():
         print(f"{name:10s} {state}")
+
+
+def services_status(settings: Settings) -> dict[str, str]:
+    """Each local service's state: `running (pid N, <where>)` or `stopped`."""
+    return stack.status(settings)
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:

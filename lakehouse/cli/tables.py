@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shlex
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 def spark_submit_args(settings: Settings, _args: argparse.Namespace) -> None:
@@ -24,34 +25,86 @@ def spark_submit_args(settings: Settings, _args: argparse.Namespace) -> None:
     print(shlex.join(submit_args(settings, library_archive())))
 
 
-def status(settings: Settings, _args: argparse.Namespace) -> None:
-    from lakehouse.status import bronze_summary, gold_summary, offline_summary, silver_summary
+def status(settings: Settings, args: argparse.Namespace) -> None:
+    """Each section as a table, or (`--json`) one JSON document with the same rows."""
+    from lakehouse import status as summaries
 
-    _print_services(settings)
+    services = _services(settings)
 
     def body(spark: SparkSession) -> None:
-        print("\nbronze (per source):")
-        bronze_summary(spark, settings).show(truncate=False)
-        print("silver (per table; expectations of the last batch):")
-        silver_summary(spark, settings).show(truncate=False)
+        sections: dict[str, tuple[str, DataFrame | str]] = {
+            "kafka": (
+                "kafka (per source partition; lag = records not yet in bronze):",
+                _kafka(spark, settings),
+            ),
+            "bronze": ("bronze (per source):", summaries.bronze_summary(spark, settings)),
+            "silver": (
+                "silver (per table; lag = bronze commits not refined, age of the oldest; "
+                "last batch's rules):",
+                summaries.silver_summary(spark, settings),
+            ),
+        }
         if settings.offline:
-            print("offline (per table; late changes to backfilled buckets are not applied):")
-            offline_summary(spark, settings).show(truncate=False)
+            sections["offline"] = (
+                "offline (per table; late changes to backfilled buckets are not applied):",
+                summaries.offline_summary(spark, settings),
+            )
         if settings.gold:
-            print("gold (per table; lag = source commits not yet built):")
-            gold_summary(spark, settings).show(truncate=False)
+            sections["gold"] = (
+                "gold (per table; lag = source commits not yet built):",
+                summaries.gold_summary(spark, settings),
+            )
+        if args.json:
+            document: dict[str, object] = {"services": services}
+            for key, (_title, frame) in sections.items():
+                document[key] = frame if isinstance(frame, str) else _records(frame)
+            print(json.dumps(document, indent=2, default=str))
+            return
+        for name, state in services.items():
+            print(f"{name:10s} {state}")
+        for title, frame in sections.values():
+            print(f"\n{title}" if title.startswith("kafka") else title)
+            if isinstance(frame, str):
+                print(f"  {frame}\n")
+            else:
+                frame.show(truncate=False)
 
     with_session(settings, "lakehouse-status", body)
 
 
-def _print_services(settings: Settings) -> None:
+def _kafka(spark: SparkSession, settings: Settings) -> DataFrame | str:
+    """The lag per partition, or why it cannot be had (status still shows the tables)."""
+    from lakehouse.core.kafka import KafkaError
+    from lakehouse.status import kafka_summary
+
+    try:
+        return kafka_summary(spark, settings)
+    except KafkaError as error:
+        return str(error)
+
+
+def _records(frame: DataFrame) -> list[dict[str, object]]:
+    """Rows as JSON-ready dicts (times as ISO-8601 strings)."""
+    return [
+        {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.asDict().items()}
+        for row in frame.collect()
+    ]
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON document (for monitoring) instead of tables"
+    )
+
+
+def _services(settings: Settings) -> dict[str, str]:
     """The local services' state, when this machine runs the dev stack (a cluster or a
     production host has none; status then shows only the tables)."""
     try:
-        from lakehouse.cli.stack import print_status
+        from lakehouse.cli.stack import services_status
     except ImportError:  # pragma: no cover - a deployment without the dev stack
-        return
-    print_status(settings)
+        return {}
+    return services_status(settings)
 
 
 def _table_argument(parser: argparse.ArgumentParser) -> None:
@@ -186,7 +239,11 @@ COMMANDS = {
     "spark-submit-args": Command(
         "build the library archive; print the spark-submit options for a cluster", spark_submit_args
     ),
-    "status": Command("services, and per layer what the tables hold", status),
+    "status": Command(
+        "services, Kafka lag, and per layer what the tables hold and how far behind they are",
+        status,
+        _status_arguments,
+    ),
     "reset": Command(
         "full refresh of a table, as its job's --full-refresh (refused if protected)",
         reset,

@@ -1,11 +1,15 @@
 """`lakehouse status` as a user runs it, on a lake where one source and its silver table hold
-data and every shipped table holds none: the whole output, line for line. Times and process
-ids vary from run to run and are compared as shapes; column widths follow them, so table
-cells are compared stripped."""
+data, behind Kafka and behind bronze, and every shipped table holds none: the whole output,
+line for line, and the same numbers in `--json`. Times and process ids vary from run to run
+and are compared as shapes; column widths follow them, so table cells are compared stripped.
+The shipped sources' topics exist or not depending on what ran before, so their Kafka rows are
+left out."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 import uuid
 from pathlib import Path
 
@@ -23,16 +27,29 @@ PID = re.compile(r"pid \d+")
 DATA = re.compile(r"data \S+\)")  # where PostgreSQL keeps its cluster (CI: outside the clone)
 
 
-def normalized(text: str) -> list[str]:
+SHIPPED = ("customers", "lineitem", "orders")
+LAG_SECONDS = 7  # the cell of silver's lag_seconds in a stripped row (after the leading "")
+
+
+def normalized(text: str, table: str) -> list[str]:
     """Times as <time>, pids as <pid>, PostgreSQL's data directory as <dir>, table rows as
-    stripped cells; rules dropped."""
-    lines = []
+    stripped cells, the shipped sources' Kafka rows dropped, the lag in seconds of `table` as
+    <s> (a whole number); rules dropped."""
+    lines, section = [], ""
     for line in text.splitlines():
         line = DATA.sub("data <dir>)", PID.sub("pid <pid>", TIME.sub("<time>", line)))
+        if line and not line.startswith(("+", "|")):
+            section = line.split(" ")[0]
         if line.startswith("+"):
             continue
         if line.startswith("|"):
-            line = "|".join(cell.strip() for cell in line.split("|"))
+            cells = [cell.strip() for cell in line.split("|")]
+            if section == "kafka" and cells[1] in SHIPPED:
+                continue
+            if cells[1] == f"silver.{table}":
+                assert cells[LAG_SECONDS].isdigit(), line
+                cells[LAG_SECONDS] = "<s>"
+            line = "|".join(cells)
         lines.append(line.rstrip())
     return lines
 
@@ -66,18 +83,63 @@ def test_status_shows_every_layer_and_what_each_table_holds(
     kafka.produce(settings.kafka, topic, [(None, v, i % 2) for i, v in enumerate(events)])
     run_ingest(spark, settings, source)
     refine(spark, settings, RefineOptions(table))
+    # One more ingest that silver has not refined, then three records bronze has not read.
+    more = [(None, ORDER_4, 0), (None, ORDER_5, 1)]
+    kafka.produce(settings.kafka, topic, more)
+    before_ingest = time.time()
+    run_ingest(spark, settings, source)
+    kafka.produce(settings.kafka, topic, [(None, ORDER_4, p) for p in (0, 1, 0)])
+    env = {**overlay_env(settings, conf), "LAKEHOUSE__STORAGE__ROOT": str(lake)}
 
-    done = run_cli(
-        ["status"], {**overlay_env(settings, conf), "LAKEHOUSE__STORAGE__ROOT": str(lake)}
-    )
+    done = run_cli(["status"], env)
+    as_json = run_cli(["status", "--json"], env)
+    asked = time.time()
 
     assert done.returncode == 0, done.stderr[-3000:]
-    # Bronze: 4 records over 2 partitions, 1 not JSON, protected. Silver: orders 1 and 3 live;
-    # the last (only) batch read 4, -3.0 failed amount_not_negative, "not json" parsable, both
-    # quarantined. The shipped tables exist in the configuration only.
-    assert (
-        normalized(done.stdout.rstrip()) == EXPECTED.format(source=source, table=table).splitlines()
-    )
+    # Kafka: partition 0 holds 2 + 1 + 2 records, bronze read 3 of them; partition 1 holds
+    # 2 + 1 + 1, bronze read 3. Bronze: 6 records, 1 not JSON, protected. Silver: orders 1 and
+    # 3 live; bronze is at version 2 (create, two appends), silver read through version 1, one
+    # commit with rows behind; the last batch read 4, -3.0 failed amount_not_negative, "not
+    # json" parsable, both quarantined. The shipped tables exist in the configuration only.
+    expected = EXPECTED.format(source=source, table=table, topic=topic)
+    assert normalized(done.stdout.rstrip(), table) == expected.splitlines()
+
+    assert as_json.returncode == 0, as_json.stderr[-3000:]
+    document = json.loads(as_json.stdout)
+    assert set(document) == {"services", "kafka", "bronze", "silver", "offline", "gold"}
+    assert [r for r in document["kafka"] if r["source"] == source] == [
+        {
+            "source": source,
+            "topic": topic,
+            "partition": p,
+            "end_offset": e,
+            "next_offset": n,
+            "lag": e - n,
+        }
+        for p, e, n in ((0, 5, 3), (1, 4, 3))
+    ]
+    (row,) = [r for r in document["silver"] if r["table"] == f"silver.{table}"]
+    lag_seconds = row.pop("lag_seconds")
+    assert 0 <= lag_seconds <= asked - before_ingest + 1
+    assert row == {
+        "table": f"silver.{table}",
+        "mode": "append",
+        "live_rows": 2,
+        "bronze_version": 2,
+        "processed_version": 1,
+        "lag_commits": 1,
+        "last_batch": 0,
+        "last_batch_at": row["last_batch_at"],
+        "last_batch_rows": 4,
+        "last_batch_failed": "amount_not_negative=1, parsable=1",
+        "quarantined_pending": 2,
+    }
+    assert TIME.fullmatch(row["last_batch_at"].replace("T", " "))
+    assert document["services"]["spark"] == "stopped"
+
+
+ORDER_4 = b'{"order_id": 4, "customer_id": 9, "order_status": "paid", "amount": 1.0, "ts": 4}'
+ORDER_5 = b'{"order_id": 5, "customer_id": 9, "order_status": "paid", "amount": 2.0, "ts": 5}'
 
 
 EXPECTED = """\
@@ -86,19 +148,24 @@ postgres   running (pid <pid>, 127.0.0.1:15432, data <dir>)
 connect    running (pid <pid>, http://127.0.0.1:18083)
 spark      stopped
 
+kafka (per source partition; lag = records not yet in bronze):
+|source|topic|partition|end_offset|next_offset|lag|
+|{source}|{topic}|0|5|3|2|
+|{source}|{topic}|1|4|3|1|
+
 bronze (per source):
 |source|table|rows|bad_rows|topic_partitions|last_ingest_time|protected|gaps_recorded|
 |customers|bronze.customers|0|0|0|NULL|NULL|0|
 |lineitem|bronze.lineitem|0|0|0|NULL|NULL|0|
 |orders|bronze.orders|0|0|0|NULL|NULL|0|
-|{source}|bronze.{source}|4|1|2|<time>|true|0|
+|{source}|bronze.{source}|6|1|2|<time>|true|0|
 
-silver (per table; expectations of the last batch):
-|table|mode|live_rows|last_batch|last_batch_at|last_batch_rows|last_batch_failed|quarantined_pending|
-|silver.customers|scd1|NULL|NULL|NULL|NULL|NULL|0|
-|silver.customers_history|scd2|NULL|NULL|NULL|NULL|NULL|0|
-|silver.orders|upsert|NULL|NULL|NULL|NULL|NULL|0|
-|silver.{table}|append|2|0|<time>|4|amount_not_negative=1, parsable=1|2|
+silver (per table; lag = bronze commits not refined, age of the oldest; last batch's rules):
+|table|mode|live_rows|bronze_version|processed_version|lag_commits|lag_seconds|last_batch|last_batch_at|last_batch_rows|last_batch_failed|quarantined_pending|
+|silver.customers|scd1|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|0|
+|silver.customers_history|scd2|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|0|
+|silver.orders|upsert|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|0|
+|silver.{table}|append|2|2|1|1|<s>|0|<time>|4|amount_not_negative=1, parsable=1|2|
 
 offline (per table; late changes to backfilled buckets are not applied):
 |table|hybrid_view|boundary|buckets|rows|last_move_at|late_buckets_moved_again|late_changes_not_applied|backfills|
