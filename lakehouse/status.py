@@ -226,17 +226,20 @@ def _adds_rows(spark: SparkSession, path: str, version: int, first: int) -> bool
 
 OFFLINE_SCHEMA = (
     "table string, hybrid_view string, boundary timestamp, buckets long, rows long, "
-    "last_move_at timestamp, late_buckets_moved_again long, late_changes_not_applied long, "
-    "backfills long"
+    "last_move_at timestamp, closed_buckets_waiting long, late_changes_pending long, "
+    "late_buckets_moved_again long, late_changes_not_applied long, backfills long"
 )
 
 
 def offline_summary(spark: SparkSession, settings: Settings) -> DataFrame:
-    """One row per declared offline table: its boundary, what it holds, its moves and the late
-    realtime changes to backfilled buckets that were counted instead of applied."""
+    """One row per declared offline table: its boundary, what it holds, what the next move
+    would take as of now (closed buckets, late changes to moved buckets), its moves and the
+    late realtime changes to backfilled buckets that were counted instead of applied."""
     from pyspark.sql import functions as F
 
-    from lakehouse.offline import audit, boundary, store
+    from lakehouse.offline import audit, boundary, buckets, move, store
+
+    now = buckets.utc_now()
 
     rows: list[tuple[object, ...]] = []
     for name, spec in sorted(settings.offline.items()):
@@ -259,6 +262,7 @@ def offline_summary(spark: SparkSession, settings: Settings) -> DataFrame:
                 moved.boundary if moved else None,
                 *counts,
                 moves[-1]["at"] if moves else None,
+                *move.waiting(spark, settings, name, now),
                 sum(len(e.get("late", [])) for e in moves),
                 sum(sum(e.get("ignored", {}).values()) for e in moves),
                 audit.backfills(spark, settings, name).where("status = 'applied'").count(),

@@ -168,8 +168,8 @@ silver (per table; lag = bronze commits not refined, age of the oldest; last bat
 |silver.{table}|append|2|2|1|1|<s>|0|<time>|4|amount_not_negative=1, parsable=1|2|
 
 offline (per table; late changes to backfilled buckets are not applied):
-|table|hybrid_view|boundary|buckets|rows|last_move_at|late_buckets_moved_again|late_changes_not_applied|backfills|
-|offline.orders_offline|silver.orders_hybrid|NULL|0|0|NULL|0|0|0|
+|table|hybrid_view|boundary|buckets|rows|last_move_at|closed_buckets_waiting|late_changes_pending|late_buckets_moved_again|late_changes_not_applied|backfills|
+|offline.orders_offline|silver.orders_hybrid|NULL|0|0|NULL|NULL|NULL|0|0|0|
 
 gold (per table; lag = source commits not yet built):
 |table|source|groups|last_build_at|last_run_rows_changed|source_state|source_lag|

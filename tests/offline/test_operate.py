@@ -91,18 +91,43 @@ def test_boundary_shows_history_and_is_set_by_hand_within_the_offline_data(
 def test_status_and_the_tables_by_name(spark: SparkSession, moved: tuple[str, Settings]) -> None:
     offline, settings = moved
     (row,) = offline_summary(spark, settings).where(f"table = 'offline.{offline}'").collect()
-    assert (row["boundary"], row["buckets"], row["rows"], row["late_changes_not_applied"]) == (
-        T0 + 6 * H,
-        3,
-        3,
+    # Buckets of 2 h: 00:00, 02:00 and 04:00 moved; order 3 (06:30) waits in the 06:00
+    # bucket, closed by the clock (months later).
+    assert (
+        row["boundary"],
+        row["buckets"],
+        row["rows"],
+        row["closed_buckets_waiting"],
+        row["late_changes_pending"],
+        row["late_changes_not_applied"],
+    ) == (T0 + 6 * H, 3, 3, 1, 0, 0)
+
+    # A change to moved order 1, a move in time of moved order 2 (04:30 -> 02:15: two
+    # buckets touched, one change counted), a new order at 09:00 (another bucket waiting) and
+    # a change to order 3 (still waiting: not late).
+    changes = [
+        order(1, T0 + 2.5 * H, "2.00"),
+        order(2, T0 + 2.25 * H),
+        order(7, T0 + 9 * H),
+        order(3, T0 + 6.5 * H, "3.00"),
+    ]
+    upsert(spark, settings, offline, changes)
+    (row,) = offline_summary(spark, settings).where(f"table = 'offline.{offline}'").collect()
+    assert (row["closed_buckets_waiting"], row["late_changes_pending"]) == (2, 2)
+    realtime_to_offline(spark, settings, MoveOptions(offline, T0 + 12 * H))
+    (row,) = offline_summary(spark, settings).where(f"table = 'offline.{offline}'").collect()
+    assert (row["boundary"], row["closed_buckets_waiting"], row["late_changes_pending"]) == (
+        T0 + 10 * H,
+        0,
         0,
     )
+    assert row["late_buckets_moved_again"] == 2  # 02:00 and 04:00 (order 2 left it)
     names = hybrid.register_views(spark, settings)
     view = settings.offline_table(offline).view
     assert f"offline.{offline}" in names
     assert f"silver.{view}" in names
-    assert spark.sql(f"SELECT count(*) FROM silver.{view}").collect()[0][0] == 4
-    assert spark.sql(f"SELECT count(*) FROM offline.{offline}").collect()[0][0] == 3
+    assert spark.sql(f"SELECT count(*) FROM silver.{view}").collect()[0][0] == 5
+    assert spark.sql(f"SELECT count(*) FROM offline.{offline}").collect()[0][0] == 5
 
 
 def test_the_backfill_job_exits_5_naming_the_problem_and_2_for_an_open_window(
