@@ -105,11 +105,11 @@ class _ProgressLines:
         for report in self.query.recentProgress:
             batch = int(report.get("batchId", -1))
             rows = int(report.get("numInputRows", 0))
-            if batch <= self.last:
+            # An idle trigger (no rows) is reported under the id the next batch will run
+            # with: it says nothing and must not mark that batch as logged.
+            if batch <= self.last or rows == 0:
                 continue
             self.last = batch
-            if rows == 0:
-                continue  # an idle trigger of a continuous job: nothing to say
             log.info(
                 "%s batch %d: %d rows in, %.0f rows/s%s",
                 self.query.name,
