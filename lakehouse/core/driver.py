@@ -89,9 +89,20 @@ def _log4j_file(verbose: bool) -> Path:
             lines += [f"logger.routine{i}.name = {name}", f"logger.routine{i}.level = error"]
     text = "\n".join(lines) + "\n"
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"lakehouse-log4j2-{level}-{digest}.properties"
+    path = _private_dir() / f"log4j2-{level}-{digest}.properties"
     if not path.is_file():
         partial = path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(text)
         partial.replace(path)  # concurrent jobs never read half a file
     return path
+
+
+def _private_dir() -> Path:
+    """A directory in the temp dir only this user can write: the JVM executes what its log4j
+    configuration names, so another user must not be able to plant one there first."""
+    directory = Path(tempfile.gettempdir()) / f"lakehouse-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    info = directory.lstat()
+    if directory.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        return Path(tempfile.mkdtemp(prefix="lakehouse-"))  # taken by someone else: a fresh one
+    return directory
