@@ -5,7 +5,8 @@
     lakehouse demo                  start the services and run the demo pipeline
     lakehouse notebook [--port N]   JupyterLab on 127.0.0.1 over notebooks/
     lakehouse spark-submit-args     the --packages/--conf a cluster spark-submit needs
-    lakehouse status                services, and per layer what the tables hold
+    lakehouse pipeline [--json]     the jobs of one pipeline run, stage by stage
+    lakehouse status [--json]       services, Kafka lag, per layer what the tables hold
     lakehouse reset TABLE           full refresh (refused for protected tables such as bronze)
     lakehouse unprotect TABLE --reason TEXT / lakehouse protect TABLE   (recorded)
     lakehouse validate TABLE        Great Expectations over a table's current rows, Data Docs;

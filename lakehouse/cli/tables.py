@@ -25,6 +25,24 @@ def spark_submit_args(settings: Settings, _args: argparse.Namespace) -> None:
     print(shlex.join(submit_args(settings, library_archive())))
 
 
+def pipeline(settings: Settings, args: argparse.Namespace) -> None:
+    """The jobs of one pipeline run, stage by stage (what a scheduler runs)."""
+    from dataclasses import asdict
+
+    from lakehouse.core.pipeline import plan
+
+    steps = plan(settings)
+    if args.json:
+        print(json.dumps([{**asdict(s), "task_id": s.task_id} for s in steps], indent=2))
+        return
+    for step in steps:
+        print(f"{step.stage:8s} jobs/{step.job}.py {shlex.join(step.args)}")
+
+
+def _json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="as JSON, for a scheduler")
+
+
 def status(settings: Settings, args: argparse.Namespace) -> None:
     """Each section as a table, or (`--json`) one JSON document with the same rows."""
     from lakehouse import status as summaries
@@ -238,6 +256,11 @@ def replay(settings: Settings, args: argparse.Namespace) -> None:
 COMMANDS = {
     "spark-submit-args": Command(
         "build the library archive; print the spark-submit options for a cluster", spark_submit_args
+    ),
+    "pipeline": Command(
+        "the jobs of one pipeline run, stage by stage, from the configuration",
+        pipeline,
+        _json_argument,
     ),
     "status": Command(
         "services, Kafka lag, and per layer what the tables hold and how far behind they are",
