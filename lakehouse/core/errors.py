@@ -74,6 +74,9 @@ def verdict(exc: BaseException) -> tuple[str, int, bool]:
     if isinstance(exc, LakehouseError):
         return str(exc), exc.exit_code, False
     text = str(exc).strip()
+    newer = next((c for c in NEWER_DELTA if f"[{c}]" in text), None)
+    if newer is not None:
+        return _newer_delta(text, newer), EXIT_FAILED, False
     first = text.splitlines()[0] if text else type(exc).__name__
     code = EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
     return f"{type(exc).__name__}: {first}", code, True
@@ -83,3 +86,25 @@ def one_line(message: object, limit: int = 400) -> str:
     """`message` on one line, at most `limit` characters."""
     text = " ".join(str(message).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Delta's error classes for a table whose protocol (version or table features) this Delta
+# Lake does not support: it was written, or upgraded, by a newer one.
+NEWER_DELTA = (
+    "DELTA_INVALID_PROTOCOL_VERSION",
+    "DELTA_UNSUPPORTED_FEATURES_FOR_READ",
+    "DELTA_UNSUPPORTED_FEATURES_FOR_WRITE",
+)
+
+
+def _newer_delta(text: str, error_class: str) -> str:
+    """A Delta table written by a newer Delta Lake (a protocol this one cannot read or write):
+    what Delta says, and the fix, instead of a stack."""
+    from lakehouse.core.versions import DELTA_VERSION
+
+    said = one_line(text.split(f"[{error_class}]", 1)[1].split("SQLSTATE")[0], 300)
+    return (
+        f"a Delta table needs a newer Delta Lake than this job's {DELTA_VERSION} ({said}); "
+        "upgrade delta-spark (lakehouse/core/versions.py and pyproject.toml) to the version "
+        "that wrote it, or write the table with this one"
+    )

@@ -55,3 +55,27 @@ def delete(spark: SparkSession, path: str) -> None:
     fs, hadoop_path = _fs_and_path(spark, path)
     if fs.exists(hadoop_path):
         fs.delete(hadoop_path, True)
+
+
+def require_writable(spark: SparkSession, root: str) -> None:
+    """Fail at once, in one line, when the storage root cannot be written (a typo, a file where
+    a folder should be, a read-only mount, missing credentials): the first Delta write would
+    otherwise end the job with a page of Java stack. Creates the root, then writes and deletes
+    a probe file in it."""
+    from py4j.protocol import Py4JJavaError
+
+    from lakehouse.core.errors import UsageError
+
+    probe = f"{root.rstrip('/')}/.lakehouse-write-probe"
+    try:
+        fs, hadoop_path = _fs_and_path(spark, root)
+        fs.mkdirs(hadoop_path)
+        write_text(spark, probe, "")
+        delete(spark, probe)
+    except Py4JJavaError as error:
+        cause = error.java_exception
+        reason = f"{cause.getClass().getSimpleName()}: {cause.getMessage()}"
+        raise UsageError(
+            f"storage.root {root} cannot be written ({reason}); fix storage.root "
+            "(LAKEHOUSE__STORAGE__ROOT), or the permissions or credentials of that location"
+        ) from None

@@ -60,6 +60,7 @@ def run_job(
     A continuous job stops cleanly (exit 0) on SIGTERM/SIGINT from its very start: one that
     arrives while the session starts skips `body`; one during it ends the query or the run loop
     at its next check (`core.streaming.stop_on_signals`)."""
+    from lakehouse.core import fs
     from lakehouse.core.spark import build_session
 
     configure_logging(verbose)
@@ -76,6 +77,7 @@ def run_job(
             if stop.is_set():
                 _stopped_early(job)
             else:
+                fs.require_writable(spark, settings.storage.root)
                 _print_summary(body(spark, settings))
         except Exception as exc:
             error = exc

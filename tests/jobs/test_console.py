@@ -138,3 +138,57 @@ def test_a_broker_that_cannot_be_reached_ends_the_job_with_one_line_naming_it(
         "or fix kafka.bootstrap_servers"
     ), line
     assert "Traceback" not in done.stderr  # anticipated: no stack
+
+
+def test_a_storage_root_that_cannot_be_written_stops_the_job_at_start_with_one_line(
+    kafka_up: Settings, tmp_path: Path
+) -> None:
+    source, topic, settings = new_source(kafka_up)
+    produce(settings, topic, [order(1, 1.0)])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # where the root's parent folder should be
+    root = blocker / "lake"
+    env = {**job_env(settings, source, topic), "LAKEHOUSE__STORAGE__ROOT": str(root)}
+
+    done = run_job("ingest_events", ["--source", source], env)
+
+    assert done.returncode == EXIT_USAGE, done.stderr[-3000:]
+    line = last_line(done)
+    assert line.startswith(f"ingest_events: storage.root {root} cannot be written ("), line
+    assert line.endswith(
+        "); fix storage.root (LAKEHOUSE__STORAGE__ROOT), or the permissions or credentials "
+        "of that location"
+    ), line
+    assert "Traceback" not in done.stderr
+
+
+def test_a_delta_table_written_by_a_newer_delta_ends_the_job_with_one_line(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    source, topic, settings = new_source(kafka_up)
+    produce(settings, topic, [order(1, 1.0)])
+    env = job_env(settings, source, topic)
+    assert run_job("ingest_events", ["--source", source], env).returncode == 0
+    # A newer Delta Lake's commit: a table feature this one does not know.
+    bronze = settings.storage.path("bronze", source)
+    version = tables.latest_version(spark, bronze) + 1
+    commit = Path(bronze) / "_delta_log" / f"{version:020d}.json"
+    commit.write_text(
+        '{"commitInfo": {"timestamp": 1, "operation": "UPGRADE PROTOCOL"}}\n'
+        '{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, '
+        '"readerFeatures": ["futureFeature"], "writerFeatures": ["futureFeature"]}}\n'
+    )
+    produce(settings, topic, [order(2, 1.0)])
+
+    done = run_job("ingest_events", ["--source", source], env)
+
+    assert done.returncode == EXIT_FAILED, done.stderr[-3000:]
+    line = last_line(done)
+    assert line.startswith(
+        "ingest_events: a Delta table needs a newer Delta Lake than this job's 4.0.0 ("
+    ), line
+    assert line.endswith(
+        "); upgrade delta-spark (lakehouse/core/versions.py and pyproject.toml) to the version "
+        "that wrote it, or write the table with this one"
+    ), line
+    assert "Traceback" not in done.stderr
