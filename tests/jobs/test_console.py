@@ -5,6 +5,7 @@ inside Spark still shows Spark's error lines above the one-line verdict."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -163,9 +164,11 @@ def test_a_storage_root_that_cannot_be_written_stops_the_job_at_start_with_one_l
 
 
 def test_a_delta_table_written_by_a_newer_delta_ends_the_job_with_one_line(
-    spark: SparkSession, kafka_up: Settings
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
 ) -> None:
     source, topic, settings = new_source(kafka_up)
+    # Its own storage root: the table it leaves behind is unreadable by design.
+    settings = replace(settings, storage=replace(settings.storage, root=str(tmp_path / "lake")))
     produce(settings, topic, [order(1, 1.0)])
     env = job_env(settings, source, topic)
     assert run_job("ingest_events", ["--source", source], env).returncode == 0
