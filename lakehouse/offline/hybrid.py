@@ -20,11 +20,15 @@ was registered at (register again to see newer data).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from lakehouse.core import current, fs, tables
+from lakehouse.core.errors import verdict
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import OfflineTableSettings
 from lakehouse.offline import boundary, buckets
@@ -33,6 +37,8 @@ from lakehouse.offline.store import BUCKET, offline_path, realtime_path, row_sch
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
 
 LAYERS = ("bronze", "silver", "gold", "offline")
 
@@ -165,7 +171,9 @@ def _columns(schema: StructType, present: set[str]) -> str:
 
 def register_views(spark: SparkSession, settings: Settings) -> list[str]:
     """Register every existing table as `layer.table` and every hybrid view as
-    `silver.<view>` in the session's catalog; returns the names registered."""
+    `silver.<view>` in the session's catalog; returns the names registered. One that cannot
+    be read (a newer Delta's table, a broken log) is skipped with a warning naming it and why:
+    the others stay usable."""
     names: list[str] = []
     for layer in LAYERS:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {layer}")
@@ -173,14 +181,25 @@ def register_views(spark: SparkSession, settings: Settings) -> list[str]:
             location = settings.storage.path(layer, table)
             if table.startswith((".", "_")) or not tables.exists(spark, location):
                 continue
-            spark.sql(
-                f"CREATE TABLE IF NOT EXISTS {layer}.`{table}` USING delta LOCATION '{location}'"
-            )
-            names.append(f"{layer}.{table}")
+            sql = f"CREATE TABLE IF NOT EXISTS {layer}.`{table}` USING delta LOCATION '{location}'"
+            names += _registered(f"{layer}.{table}", partial(spark.sql, sql))
     for table, spec in sorted(settings.offline.items()):
         if not tables.exists(spark, realtime_path(settings, spec)):
             continue
-        view = state(spark, settings, table)
-        spark.sql(f"CREATE OR REPLACE VIEW silver.`{spec.view}` AS {view.sql}")
-        names.append(f"silver.{spec.view}")
+
+        def create(table: str = table, view: str = spec.view) -> None:
+            sql = state(spark, settings, table).sql
+            spark.sql(f"CREATE OR REPLACE VIEW silver.`{view}` AS {sql}")
+
+        names += _registered(f"silver.{spec.view}", create)
     return names
+
+
+def _registered(name: str, create: Callable[[], object]) -> list[str]:
+    """`[name]` once `create` registered it; `[]` and a warning when it failed."""
+    try:
+        create()
+    except Exception as exc:  # any table's failure: Delta's, the file system's, a bad log
+        log.warning("%s not registered: %s", name, verdict(exc)[0])
+        return []
+    return [name]

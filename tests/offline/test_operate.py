@@ -4,7 +4,9 @@ status`, the tables and views by name, and the backfill job's exit codes."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -158,3 +160,30 @@ def test_the_backfill_job_exits_5_naming_the_problem_and_2_for_an_open_window(
     done = run_job("backfill", [*base, "--to", "2099-01-01T00:00Z"], env)
     assert done.returncode == EXIT_USAGE
     assert "is not closed yet: it closes at 2099-01-01T00:01:00" in done.stderr
+
+
+def test_a_table_that_cannot_be_read_is_skipped_with_a_warning_and_the_rest_register(
+    spark: SparkSession, settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = replace(settings, storage=replace(settings.storage, root=str(tmp_path / "lake")))
+    readable, unreadable = "good_t", "future_t"
+    for name in (readable, unreadable):
+        spark.range(3).write.format("delta").save(settings.storage.path("bronze", name))
+    # A newer Delta Lake's commit: a reader feature this one does not know.
+    log = Path(settings.storage.path("bronze", unreadable)) / "_delta_log"
+    (log / f"{1:020d}.json").write_text(
+        '{"commitInfo": {"timestamp": 1, "operation": "UPGRADE PROTOCOL"}}\n'
+        '{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, '
+        '"readerFeatures": ["futureFeature"], "writerFeatures": ["futureFeature"]}}\n'
+    )
+    spark.sql(f"DROP TABLE IF EXISTS bronze.{unreadable}")
+
+    with caplog.at_level(logging.WARNING, logger="lakehouse.offline.hybrid"):
+        names = hybrid.register_views(spark, settings)
+
+    assert names == [f"bronze.{readable}"]
+    assert spark.sql(f"SELECT count(*) FROM bronze.{readable}").collect()[0][0] == 3
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith(
+        f"bronze.{unreadable} not registered: a Delta table needs a newer Delta Lake"
+    ), warning
