@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from lakehouse.bronze.ingest import bronze_path
 from lakehouse.core import current, protection, system, tables
 from lakehouse.core.settings import Settings
+from lakehouse.core.streaming import delta_read_through
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -107,8 +108,6 @@ SILVER_SCHEMA = (
 )
 # Beyond this many unprocessed bronze commits, each counts as one with rows (not read).
 _LAG_COMMITS_READ = 500
-# Delta's offset index for "every file of this version done" (DeltaSourceOffset.END_INDEX).
-_END_INDEX = 2**63 - 1 - 100
 
 
 def silver_summary(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -190,22 +189,12 @@ def _bronze_lag(
 
 
 def processed_version(spark: SparkSession, checkpoint: str) -> int | None:
-    """The newest source version a Delta streaming query has read in full: from the end
-    offset of its last committed batch (`reservoirVersion` V with index -1, or a partly read
-    V, means V-1; END_INDEX means V). None before its first committed batch."""
-    import json
-
+    """The newest source version a Delta streaming query has read in full (from its last
+    committed batch); None before its first committed batch."""
     from lakehouse.core import fs
 
-    if not fs.exists(spark, f"{checkpoint}/commits"):
-        return None
-    commits = [int(n) for n in fs.list_names(spark, f"{checkpoint}/commits") if n.isdigit()]
-    if not commits:
-        return None
-    lines = fs.read_text(spark, f"{checkpoint}/offsets/{max(commits)}").splitlines()
-    offset = json.loads(next(line for line in lines[2:] if line.startswith("{")))
-    version = int(offset["reservoirVersion"])
-    return version if int(offset["index"]) >= _END_INDEX else version - 1
+    offset = fs.committed_source_offset(spark, checkpoint)
+    return None if offset is None else delta_read_through(offset)
 
 
 def _adds_rows(spark: SparkSession, path: str, version: int, first: int) -> bool:

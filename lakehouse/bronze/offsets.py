@@ -169,15 +169,9 @@ def checkpoint_exists(spark: SparkSession, checkpoint: str) -> bool:
 def checkpoint_resume_offsets(spark: SparkSession, checkpoint: str) -> Offsets | None:
     """Where a restarted query will read from: the end offsets of the last *committed* batch
     (an uncommitted batch is re-planned from the same start). None if nothing committed yet."""
-    commits = [int(n) for n in fs.list_names(spark, f"{checkpoint}/commits") if n.isdigit()]
-    if not commits:
+    raw = fs.committed_source_offset(spark, checkpoint)
+    if raw is None:
         return None
-    # Spark's offset log: a version line, a metadata line, then one JSON line per source.
-    lines = fs.read_text(spark, f"{checkpoint}/offsets/{max(commits)}").splitlines()
-    source_line = next((line for line in lines[2:] if line.startswith("{")), None)
-    if source_line is None:
-        return None
-    raw = json.loads(source_line)
     return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
 
 

@@ -79,3 +79,19 @@ def require_writable(spark: SparkSession, root: str) -> None:
             f"storage.root {root} cannot be written ({reason}); fix storage.root "
             "(LAKEHOUSE__STORAGE__ROOT), or the permissions or credentials of that location"
         ) from None
+
+
+def committed_source_offset(spark: SparkSession, checkpoint: str) -> dict[str, Any] | None:
+    """The end offset of a streaming query's source in its last *committed* batch (an
+    uncommitted batch is planned again from the same start), as the source wrote it; None
+    before the first commit. Spark's offset log: a version line, a metadata line, then one
+    JSON line per source (the queries here read one)."""
+    import json
+
+    commits = [int(n) for n in list_names(spark, f"{checkpoint}/commits") if n.isdigit()]
+    if not commits:
+        return None
+    lines = read_text(spark, f"{checkpoint}/offsets/{max(commits)}").splitlines()
+    source_line = next((line for line in lines[2:] if line.startswith("{")), None)
+    offset: dict[str, Any] | None = json.loads(source_line) if source_line else None
+    return offset

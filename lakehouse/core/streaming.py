@@ -3,10 +3,11 @@ SIGTERM."""
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -72,12 +73,19 @@ def stop_on_signals(trigger: str) -> Iterator[threading.Event]:
             signal.signal(sig, handler)
 
 
-def await_query(query: StreamingQuery, trigger: str, progress: bool = False) -> None:
+def await_query(
+    query: StreamingQuery,
+    trigger: str,
+    progress: bool = False,
+    detail: Callable[[int], str] | None = None,
+    behind: Callable[[dict[str, Any]], str] | None = None,
+) -> None:
     """Wait for the query. In continuous mode SIGTERM/SIGINT stop it and exit 0; a batch in
     flight is not committed and is redone on restart (Delta commits are atomic and the sink
     idempotent, so even SIGKILL loses or duplicates nothing). With `progress`, one line per
-    micro-batch: rows in, rate, and how far the source is behind."""
-    lines = _ProgressLines(query) if progress else None
+    micro-batch: rows in, what the job did with them (`detail` of the batch id), rate, and
+    how far the source is behind (`behind` of the progress report; default: Kafka's)."""
+    lines = _ProgressLines(query, detail, behind or kafka_behind) if progress else None
     with stop_on_signals(trigger) as stop:
         while not stop.is_set():
             done = query.awaitTermination(1)
@@ -97,8 +105,15 @@ class _ProgressLines:
     """Logs each micro-batch of a query once, from its progress reports (polled: no listener
     thread calls back into Python)."""
 
-    def __init__(self, query: StreamingQuery) -> None:
+    def __init__(
+        self,
+        query: StreamingQuery,
+        detail: Callable[[int], str] | None = None,
+        behind: Callable[[dict[str, Any]], str] | None = None,
+    ) -> None:
         self.query = query
+        self.detail = detail
+        self.behind = behind or kafka_behind
         self.last = -1
 
     def log_new(self) -> None:
@@ -111,16 +126,17 @@ class _ProgressLines:
                 continue
             self.last = batch
             log.info(
-                "%s batch %d: %d rows in, %.0f rows/s%s",
+                "%s batch %d: %d rows in%s, %.0f rows/s%s",
                 self.query.name,
                 batch,
                 rows,
+                self.detail(batch) if self.detail else "",
                 float(report.get("processedRowsPerSecond") or 0.0),
-                _behind(report),
+                self.behind(report),
             )
 
 
-def _behind(report: dict[str, Any]) -> str:
+def kafka_behind(report: dict[str, Any]) -> str:
     """`, N records behind` for Kafka sources (what the broker holds past this batch)."""
     behind = [
         int(float(value))
@@ -129,6 +145,34 @@ def _behind(report: dict[str, Any]) -> str:
         if key == "maxOffsetsBehindLatest" and value is not None
     ]
     return f", {max(behind)} records behind (max per partition)" if behind else ""
+
+
+def delta_behind(newest: Callable[[], int]) -> Callable[[dict[str, Any]], str]:
+    """`, N commit(s) behind (read through vX of vY)` for a Delta source whose newest version
+    `newest()` gives: how many versions of the source the query has still to read."""
+
+    def behind(report: dict[str, Any]) -> str:
+        sources = report.get("sources") or []
+        end = sources[0].get("endOffset") if sources else None
+        if not end:
+            return ""
+        read = delta_read_through(json.loads(end) if isinstance(end, str) else end)
+        latest = newest()
+        return f", {max(latest - read, 0)} commit(s) behind (read through v{read} of v{latest})"
+
+    return behind
+
+
+# DeltaSourceOffset's index once every file of its version was read (END_INDEX is
+# Long.MaxValue; anything that near it means the same).
+_DELTA_END_INDEX = 2**63 - 1 - 100
+
+
+def delta_read_through(offset: Mapping[str, Any]) -> int:
+    """The newest version a Delta source offset has read in full: `reservoirVersion` V with
+    index -1 (none of V's files yet) or a partly read V means V-1; END_INDEX means V."""
+    version = int(offset["reservoirVersion"])
+    return version if int(offset["index"]) >= _DELTA_END_INDEX else version - 1
 
 
 def repeat(run: Callable[[], object], trigger: str, interval_s: float) -> None:

@@ -85,16 +85,6 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
         tables.append_once(metrics, plan.metrics_path, plan.app_id, batch_id)
     finally:
         evaluated.unpersist()
-    log.info(
-        "silver.%s batch %d: %d in, %d written, %d dropped, %d quarantined; failed %s",
-        plan.name,
-        batch_id,
-        stats.rows,
-        stats.written,
-        stats.dropped,
-        stats.quarantined,
-        {r: f for r, (_p, f) in stats.per_rule.items() if f},
-    )
     return stats
 
 

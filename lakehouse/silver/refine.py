@@ -16,6 +16,7 @@ import argparse
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 from lakehouse.bronze import offsets
@@ -25,7 +26,7 @@ from lakehouse.core.errors import LakehouseError, UsageError
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import SilverTableSettings
-from lakehouse.core.streaming import await_query, check_trigger, with_trigger
+from lakehouse.core.streaming import await_query, check_trigger, delta_behind, with_trigger
 from lakehouse.silver import scd1
 from lakehouse.silver.batch import BatchStats, refine_batch
 from lakehouse.silver.plan import JOB, check_mode, prepare, silver_path
@@ -63,6 +64,10 @@ def options_from_args(args: argparse.Namespace) -> RefineOptions:
     return RefineOptions(args.table, args.trigger, args.full_refresh, args.trigger_interval)
 
 
+# Batch lines waiting for their progress report (a continuous run must not keep them all).
+_DETAILS_KEPT = 100
+
+
 @dataclass
 class RefineResult:
     table: str
@@ -75,6 +80,9 @@ class RefineResult:
     rows_dropped: int = 0
     rows_quarantined: int = 0
     failed: dict[str, int] = field(default_factory=dict)
+    # Per recent batch id: what it did, for its console line (logged from the query's
+    # progress, which comes after the batch; bounded for continuous runs).
+    details: dict[int, str] = field(default_factory=dict, repr=False)
 
     def summary(self) -> str:
         """The run in one line (a job prints it last on stdout)."""
@@ -94,6 +102,17 @@ class RefineResult:
         self.rows_quarantined += stats.quarantined
         for rule, (_passed, failed) in stats.per_rule.items():
             self.failed[rule] = self.failed.get(rule, 0) + failed
+        failing = ", ".join(f"{r}={n}" for r, (_p, n) in sorted(stats.per_rule.items()) if n)
+        self.details[batch_id] = (
+            f", {stats.written} written, {stats.dropped} dropped, {stats.quarantined} "
+            f"quarantined{' (failed: ' + failing + ')' if failing else ''}"
+        )
+        while len(self.details) > _DETAILS_KEPT:
+            del self.details[next(iter(self.details))]
+
+    def detail(self, batch_id: int) -> str:
+        """`, W written, D dropped, Q quarantined` (and the failing rules) of a batch."""
+        return self.details.pop(batch_id, "")
 
 
 def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> RefineResult:
@@ -151,7 +170,13 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
     )
     query = with_trigger(writer, options.trigger, options.trigger_interval).start()
     try:
-        await_query(query, options.trigger)
+        await_query(
+            query,
+            options.trigger,
+            progress=True,
+            detail=result.detail,
+            behind=delta_behind(partial(tables.latest_version, spark, source_path)),
+        )
     except Exception:
         # A stray ValueError would read as "bad usage" (exit 2) though batches may have been
         # committed: it stays wrapped (exit 1), its cause in the message.

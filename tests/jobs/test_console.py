@@ -195,3 +195,57 @@ def test_a_delta_table_written_by_a_newer_delta_ends_the_job_with_one_line(
         "that wrote it, or write the table with this one"
     ), line
     assert "Traceback" not in done.stderr
+
+
+def test_refine_prints_a_line_per_batch_with_what_it_did_its_rate_and_how_far_behind(
+    kafka_up: Settings, tmp_path: Path
+) -> None:
+    source, topic, settings = new_source(kafka_up)
+    name = "lines_" + source
+    declared = {
+        "source": source,
+        "mode": "append",
+        "schema": ORDER_SCHEMA,
+        "max_files_per_trigger": 1,  # one bronze commit per batch
+        "expectations": [{"name": "positive", "sql": "amount > 0", "action": "quarantine"}],
+    }
+    conf = conf_overlay(
+        tmp_path,
+        {"sources": {source: {"kind": "events", "topics": [topic]}}, "silver": {name: declared}},
+    )
+    env = {
+        **overlay_env(settings, conf),
+        f"LAKEHOUSE__SOURCES__{source.upper()}__MAX_OFFSETS_PER_TRIGGER": "3",
+    }
+    produce(settings, topic, [order(1, 1.0), order(2, -1.0), order(3, 2.0), order(4, 1.0)])
+    assert run_job("ingest_events", ["--source", source], env).returncode == 0
+
+    done = run_job("refine_silver", ["--table", name], env)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    pattern = (
+        rf"{TIME} INFO lakehouse.core.streaming: refine_silver_{name} batch (\d+): "
+        r"(\d+) rows in, (.*), \d+ rows/s, (.*)"
+    )
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("WARNING: Using")]
+    batches = [re.fullmatch(pattern, line) for line in lines]
+    assert all(batches), lines  # nothing else
+    assert [m.groups() for m in batches if m] == [
+        # Bronze: v0 created it, v1 and v2 are the ingest's two batches.
+        (
+            "0",
+            "3",
+            "2 written, 0 dropped, 1 quarantined (failed: positive=1)",
+            "1 commit(s) behind (read through v1 of v2)",
+        ),
+        (
+            "1",
+            "1",
+            "1 written, 0 dropped, 0 quarantined",
+            "0 commit(s) behind (read through v2 of v2)",
+        ),
+    ]
+    assert done.stdout == (
+        f"silver.{name}: 2 batch(es), 4 row(s) in, 3 written, 0 dropped, 1 quarantined; "
+        "failed per rule: positive=1\n"
+    )
