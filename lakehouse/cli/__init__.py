@@ -1,5 +1,7 @@
 """`lakehouse`: the operator's command line.
 
+    lakehouse [--env ENV] [--verbose] COMMAND ...   (--verbose: Spark's INFO lines too)
+
     lakehouse setup                 resolve the JVM packages and service jars (idempotent)
     lakehouse services start|stop|status [kafka|postgres|connect|spark|all]
     lakehouse demo                  start the services and run the demo pipeline
@@ -29,7 +31,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from lakehouse.cli import connectors, offline, stack, tables
+from lakehouse.cli import common, connectors, offline, stack, tables
 from lakehouse.cli.common import Command
 from lakehouse.core.errors import EXIT_OK
 from lakehouse.core.jobs import configure_logging, fail
@@ -46,6 +48,12 @@ COMMANDS: dict[str, Command] = {
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="local", help="config overlay conf/ENV and .env.ENV")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also Spark's INFO lines and routine warnings (default: the command's lines, "
+        "warnings and errors)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, command in COMMANDS.items():
         command.arguments(sub.add_parser(name, help=command.help))
@@ -54,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    configure_logging()
+    configure_logging(args.verbose)
+    common.set_verbose(args.verbose)
     prog = f"lakehouse {args.command}"
     try:
         COMMANDS[args.command].run(load_settings(args.env), args)

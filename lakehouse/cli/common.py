@@ -24,11 +24,20 @@ class Command:
     arguments: Callable[[argparse.ArgumentParser], None] = no_arguments
 
 
+# `lakehouse --verbose`: Spark's INFO lines too (set once by `lakehouse.cli.main`; one
+# command runs per process).
+_verbose = [False]
+
+
+def set_verbose(verbose: bool) -> None:
+    _verbose[0] = verbose
+
+
 def with_session(settings: Settings, name: str, body: Callable[[SparkSession], object]) -> None:
     """Run `body` with a session that is stopped afterwards, whatever happens."""
     from lakehouse.core.spark import build_session
 
-    spark = build_session(settings, name)
+    spark = build_session(settings, name, _verbose[0])
     try:
         body(spark)
     finally:

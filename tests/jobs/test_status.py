@@ -92,7 +92,7 @@ def test_status_shows_every_layer_and_what_each_table_holds(
     env = {**overlay_env(settings, conf), "LAKEHOUSE__STORAGE__ROOT": str(lake)}
 
     done = run_cli(["status"], env)
-    as_json = run_cli(["status", "--json"], env)
+    as_json = run_cli(["--verbose", "status", "--json"], env)
     asked = time.time()
 
     assert done.returncode == 0, done.stderr[-3000:]
@@ -105,6 +105,9 @@ def test_status_shows_every_layer_and_what_each_table_holds(
     assert normalized(done.stdout.rstrip(), table) == expected.splitlines()
 
     assert as_json.returncode == 0, as_json.stderr[-3000:]
+    # Quiet by default; Spark's INFO lines on request, on stderr (stdout stays the document).
+    assert " INFO SparkContext: " not in done.stderr
+    assert " INFO SparkContext: " in as_json.stderr
     document = json.loads(as_json.stdout)
     assert set(document) == {"services", "kafka", "bronze", "silver", "offline", "gold"}
     assert [r for r in document["kafka"] if r["source"] == source] == [
