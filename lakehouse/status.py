@@ -41,7 +41,7 @@ def kafka_summary(spark: SparkSession, settings: Settings) -> DataFrame:
     for name, source in sorted(settings.sources.items()):
         path = bronze_path(settings, name)
         held = bronze_resume_offsets(spark, path, name) if tables.exists(spark, path) else {}
-        partitions = topic_partitions(settings.kafka, source)
+        partitions = topic_partitions(settings.kafka, source, timeout_s=15)
         marks = kafka.watermarks(settings.kafka, partitions, source.client_options())
         for (topic, partition), (_low, high) in sorted(marks.items()):
             following = held.get(topic, {}).get(partition, 0)

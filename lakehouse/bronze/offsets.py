@@ -196,11 +196,13 @@ def bronze_resume_offsets(spark: SparkSession, bronze_path: str, source: str) ->
     return result
 
 
-def topic_partitions(kafka: KafkaSettings, source: SourceSettings) -> dict[str, list[int]]:
+def topic_partitions(
+    kafka: KafkaSettings, source: SourceSettings, timeout_s: float = 30.0
+) -> dict[str, list[int]]:
     """The partitions the source reads now (topic list or pattern)."""
     from lakehouse.core.kafka import metadata
 
-    meta = metadata(kafka, source.client_options())
+    meta = metadata(kafka, source.client_options(), timeout_s)
     if source.topics:
         wanted = [t for t in source.topics if t in meta.topics]
     else:

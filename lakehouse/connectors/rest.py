@@ -11,7 +11,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from lakehouse.core.errors import ServiceError, one_line
+from lakehouse.core.errors import ServiceError, ServiceUnreachable, one_line
 from lakehouse.core.settings import Settings
 
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
@@ -41,7 +41,7 @@ def http(
         status, raw = int(error.code), error.read()
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise ServiceError(
+        raise ServiceUnreachable(
             f"Kafka Connect is not reachable at {url} ({reason}); "
             "is the worker running? (dev stack: `lakehouse services start connect`)"
         ) from None

@@ -42,6 +42,13 @@ class ServiceError(UsageError):
     REST API, a local dev-stack service): one clear line."""
 
 
+class ServiceUnreachable(ServiceError):
+    """A service that answers nothing (Kafka Connect's REST API down): the configuration may
+    be right and the service back soon, so a scheduler's retry may succeed (exit 1)."""
+
+    exit_code = EXIT_FAILED
+
+
 class DataLoss(LakehouseError):
     """Data the job needs no longer exists at its source."""
 

@@ -46,6 +46,10 @@ def configure_logging(verbose: bool = False) -> None:
     )
     # py4j logs every gateway connection at INFO, down to interpreter exit: noise in a job log.
     logging.getLogger("py4j").setLevel(logging.INFO if verbose else logging.WARNING)
+    # librdkafka's retries while a broker is down (see lakehouse.core.kafka.CLIENT_LOG).
+    logging.getLogger("lakehouse.kafka.client").setLevel(
+        logging.DEBUG if verbose else logging.CRITICAL
+    )
 
 
 def run_job(

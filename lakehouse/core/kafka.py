@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,8 +14,20 @@ class KafkaError(LakehouseError):
     """A Kafka operation failed; the message names the topic and the broker."""
 
 
+# librdkafka's own log lines (a retry every 50 ms while a broker is down: hundreds of
+# "Connect ... failed" lines before the one-line verdict) go here, shown only with --verbose
+# (`core.jobs.configure_logging`); what failed reaches the user as a KafkaError.
+CLIENT_LOG = logging.getLogger("lakehouse.kafka.client")
+CLIENT_LOG.setLevel(logging.CRITICAL)
+
+
 def client_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
-    return {"bootstrap.servers": kafka.bootstrap_servers, **kafka.options, **extra}
+    return {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "logger": CLIENT_LOG,
+        **kafka.options,
+        **extra,
+    }
 
 
 def spark_options(kafka: KafkaSettings) -> dict[str, str]:

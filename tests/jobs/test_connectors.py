@@ -11,7 +11,7 @@ from pathlib import Path
 from lakehouse.connectors.debezium import delete_connector
 from lakehouse.connectors.rest import connector_url, http
 from lakehouse.core import kafka
-from lakehouse.core.errors import EXIT_USAGE
+from lakehouse.core.errors import EXIT_FAILED, EXIT_USAGE
 from lakehouse.core.settings import Settings
 from tests.bronze.helpers import wait_for_records
 from tests.conftest import pg_connect
@@ -91,3 +91,23 @@ def test_a_declared_connector_is_applied_shown_applied_again_and_deleted(
         delete_connector(kafka_up, name, slot_name=slot)
         with pg_connect(kafka_up) as conn:
             conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+
+
+def test_a_connect_worker_that_cannot_be_reached_ends_the_command_with_one_line(
+    kafka_up: Settings, tmp_path: Path
+) -> None:
+    conf = conf_overlay(tmp_path, {})
+    env = {**overlay_env(kafka_up, conf), "LAKEHOUSE__CONNECT__URL": "http://127.0.0.1:9"}
+
+    done = run_cli(["connectors", "status", "customers"], env)
+
+    # Exit 1, not 2: the configuration may be right and the worker down for a while (a
+    # scheduler's retry may succeed).
+    assert done.returncode == EXIT_FAILED, done.stderr[-3000:]
+    assert done.stdout == ""
+    assert last_line(done) == (
+        "lakehouse connectors: Kafka Connect is not reachable at "
+        "http://127.0.0.1:9/connectors/lakehouse-customers/status ([Errno 111] Connection "
+        "refused); is the worker running? (dev stack: `lakehouse services start connect`)"
+    )
+    assert "Traceback" not in done.stderr

@@ -11,11 +11,17 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
+from lakehouse import cli
+from lakehouse.cli import tables as cli_tables
 from lakehouse.core import kafka
+from lakehouse.core.errors import EXIT_OK
 from lakehouse.core.settings import Settings, load_settings
 from lakehouse.silver.refine import RefineOptions, refine
 from tests.bronze.helpers import run_ingest
@@ -178,3 +184,42 @@ gold (per table; lag = source commits not yet built):
 |table|source|groups|last_build_at|last_run_rows_changed|source_state|source_lag|
 |gold.daily_revenue|orders_hybrid|NULL|NULL|NULL|NULL|NULL|
 """
+
+
+def test_a_broker_that_cannot_be_reached_replaces_only_the_kafka_section(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    spark: SparkSession,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    settings = replace(
+        settings,
+        kafka=replace(settings.kafka, bootstrap_servers="127.0.0.1:9"),
+        storage=replace(settings.storage, root=str(tmp_path / "lake")),
+    )
+
+    def shared_session(_s: Settings, _name: str, body: Callable[[SparkSession], object]) -> None:
+        body(spark)  # the CLI's own session lifecycle would stop the test's
+
+    monkeypatch.setattr(cli, "load_settings", lambda env: settings)
+    monkeypatch.setattr(cli_tables, "with_session", shared_session)
+
+    assert cli.main(["--env", "test", "status", "--json"]) == EXIT_OK
+
+    printed = capsys.readouterr()
+    assert "rdkafka" not in printed.err  # the Kafka client's retries, one per 50 ms
+    document = json.loads(printed.out)
+    assert document["kafka"].startswith("Kafka at 127.0.0.1:9 cannot be reached within 15 s (")
+    assert "\n" not in document["kafka"]
+    # The tables are still shown: each declared one, empty.
+    assert [(r["table"], r["live_rows"]) for r in document["silver"]] == [
+        ("silver.customers", None),
+        ("silver.customers_history", None),
+        ("silver.orders", None),
+    ]
+    assert [r["table"] for r in document["bronze"]] == [
+        "bronze.customers",
+        "bronze.lineitem",
+        "bronze.orders",
+    ]
