@@ -34,6 +34,7 @@ from lakehouse.connectors.rest import (
 )
 from lakehouse.core.errors import ServiceError
 from lakehouse.core.settings import Settings
+from lakehouse.core.specs import default_slot_name
 
 # The variable the worker's EnvVarConfigProvider reads the database password from.
 PASSWORD_ENV = "POSTGRES_PASSWORD"  # noqa: S105 (the variable's name, not a password)
@@ -42,11 +43,6 @@ DEBEZIUM_UNWRAP_SMT = "io.debezium.transforms.ExtractNewRecordState"
 
 _SLOT_RE = re.compile(r"[a-z0-9_]{1,63}")
 _PUBLICATION_RE = re.compile(r"[A-Za-z0-9_]{1,63}")
-
-
-def default_slot_name(connector: str) -> str:
-    """The replication slot a connector gets unless told otherwise: unique per connector."""
-    return ("dbz_" + re.sub(r"[^a-z0-9_]", "_", connector.lower()))[:63]
 
 
 def _publication_name(slot: str) -> str:

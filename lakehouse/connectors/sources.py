@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakehouse.connectors.debezium import (
-    default_slot_name,
-    postgres_connector_config,
-    put_connector,
-)
+from lakehouse.connectors.debezium import postgres_connector_config, put_connector
 from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -17,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def connector_name(source_name: str, connector: ConnectorSettings) -> str:
-    return connector.name or source_name
+    return connector.connect_name(source_name)
 
 
 def connector_config(
@@ -35,7 +31,7 @@ def connector_config(
         connector.tables,
         schemas_enable=connector.schemas_enable,
         unwrap=connector.unwrap,
-        slot_name=connector.slot or default_slot_name(name),
+        slot_name=connector.slot_name(source_name),
         extra={
             "decimal.handling.mode": source.decimal_handling_mode,
             "time.precision.mode": source.time_precision_mode,

@@ -151,7 +151,34 @@ def load_settings(
     merged, origin = load_tree(env, conf_dir, overrides)
     settings = build(Settings, merged, origin, "")
     _check_references(settings, origin)
+    _check_connectors(settings, origin)
     return settings
+
+
+def _check_connectors(settings: Settings, origin: Mapping[str, str]) -> None:
+    """Connectors of different sources must not share what Kafka Connect and PostgreSQL key
+    them by: one name would make `lakehouse connectors apply` of one reconfigure the other,
+    one replication slot cannot feed two, and Debezium names a connector's metrics (JMX) by
+    its topic prefix, so a second with the same prefix fails to start in the same worker."""
+    seen: dict[tuple[str, str], str] = {}
+    for source, spec in sorted(settings.sources.items()):
+        if spec.connector is None:
+            continue
+        connector = spec.connector
+        keys = {
+            "name": connector.connect_name(source),
+            "slot": connector.slot_name(source),
+            "topic_prefix": connector.topic_prefix,
+        }
+        for key, value in keys.items():
+            other = seen.setdefault((key, value), source)
+            if other != source:
+                dotted = f"sources.{source}.connector.{key}"
+                raise SettingsError(
+                    f"{where(origin, dotted)}: '{dotted}' {value!r} is also the {key} of "
+                    f"the connector of sources.{other} (an unset name or slot defaults to one made "
+                    f"from the source's name); give each connector its own {key}"
+                )
 
 
 def _check_references(settings: Settings, origin: Mapping[str, str]) -> None:

@@ -80,6 +80,19 @@ class ConnectorSettings:
         """The topics the connector writes."""
         return [f"{self.topic_prefix}.{t}" for t in self.tables]
 
+    def connect_name(self, source: str) -> str:
+        """Its name in Kafka Connect: `name`, else the source's."""
+        return self.name or source
+
+    def slot_name(self, source: str) -> str:
+        """Its replication slot: `slot`, else one per connector name."""
+        return self.slot or default_slot_name(self.connect_name(source))
+
+
+def default_slot_name(connector: str) -> str:
+    """The replication slot a connector gets unless told otherwise: unique per connector."""
+    return ("dbz_" + re.sub(r"[^a-z0-9_]", "_", connector.lower()))[:63]
+
 
 @dataclass(frozen=True)
 class SourceSettings:

@@ -312,3 +312,40 @@ def test_a_connector_that_would_not_feed_its_source_is_refused_at_load(
     with pytest.raises(SettingsError, match=message) as err:
         load_settings("dev", conf_dir=conf)
     assert str(err.value).startswith("conf/base/sources.yml: 'sources.customers")
+
+
+@pytest.mark.parametrize(
+    ("second", "key", "value"),
+    [
+        ("topic_prefix: shop\n      tables: [public.orders]", "topic_prefix", "shop"),
+        (
+            "topic_prefix: shop2\n      tables: [public.orders]\n      name: customers",
+            "name",
+            "customers",
+        ),
+        (
+            "topic_prefix: shop2\n      tables: [public.orders]\n      slot: dbz_customers",
+            "slot",
+            "dbz_customers",
+        ),
+    ],
+)
+def test_two_connectors_sharing_a_name_slot_or_topic_prefix_are_refused_at_load(
+    tmp_path: Path, second: str, key: str, value: str
+) -> None:
+    conf = write_conf(tmp_path, BASE)
+    orders = f"""
+  orders_cdc:
+    kind: cdc
+    topics: [{"shop" if key == "topic_prefix" else "shop2"}.public.orders]
+    connector:
+      {second}
+"""
+    (conf / "base" / "sources.yml").write_text(CDC_SOURCE + orders)
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", conf_dir=conf)
+    assert str(err.value) == (
+        f"conf/base/sources.yml: 'sources.orders_cdc.connector.{key}' {value!r} is also the "
+        f"{key} of the connector of sources.customers (an unset name or slot defaults to one made "
+        f"from the source's name); give each connector its own {key}"
+    )

@@ -111,11 +111,8 @@ def debezium_table(
     and the table are dropped, then the `drop` statements run. `unwrap` adds the
     ExtractNewRecordState SMT; `connector_config` overrides connector settings;
     `before_connector(table, slot)` runs after the DDL, before the connector is registered."""
-    from lakehouse.connectors.debezium import (
-        default_slot_name,
-        delete_connector,
-        register_postgres_connector,
-    )
+    from lakehouse.connectors.debezium import delete_connector, register_postgres_connector
+    from lakehouse.core.specs import default_slot_name
 
     # One worker serves every test: if an earlier test left it dead, start it again here so
     # its failure stays that test's own instead of failing every CDC test after it.
