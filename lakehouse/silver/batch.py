@@ -12,7 +12,7 @@ from functools import partial
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.core import current, tables
+from lakehouse.core import current, faults, tables
 from lakehouse.quality.expectations import (
     REMOVING,
     Expectation,
@@ -66,11 +66,13 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
         check_fail_rules(evaluated.drop(*silver.TRANSIENT), plan.expectations, stats.per_rule)
         kept_rows = kept(evaluated, plan.expectations)
         write_silver(spark, plan, kept_rows, stats, batch_id)
+        faults.point("after_silver_commit")
         if stats.quarantined:
             rejected = silver.quarantine_rows(
                 quarantined(evaluated, plan.expectations), plan.name, plan.run_id, batch_id
             )
             tables.append_once(rejected, plan.quarantine_path, plan.app_id, batch_id)
+        faults.point("after_quarantine_commit")
         actions = {e.name: e.action for e in plan.expectations}
         metrics = metrics_rows(
             spark,
@@ -83,6 +85,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             "rescue" if plan.kind == "events" else "quarantine",
         )
         tables.append_once(metrics, plan.metrics_path, plan.app_id, batch_id)
+        faults.point("after_metrics_commit")  # the checkpoint's commit of the batch comes next
     finally:
         evaluated.unpersist()
     return stats

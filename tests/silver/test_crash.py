@@ -1,4 +1,6 @@
-"""Crash and replay: SIGKILL refine_silver at random moments several times; silver, the
+"""Crash and replay: SIGKILL refine_silver inside a batch's commits (after silver's, after
+the quarantine's, after the metrics', before Spark's checkpoint commit: named fault points, so
+each kill lands exactly there) and at a random moment of a continuous run; silver, the
 quarantine and the metrics table end exactly as after one uninterrupted run."""
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.core import tables
+from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings, load_settings, project_root
-from tests.bronze.helpers import new_source, run_ingest, start_job
+from tests.bronze.helpers import new_source, run_ingest, run_job, start_job
 from tests.silver.helpers import (
     ORDER_SCHEMA,
     metrics,
@@ -115,31 +118,33 @@ def test_sigkill_refine_mid_batch_ends_as_uninterrupted(
             "LAKEHOUSE_CONF_DIR": str(conf),
         }
     )
+    # Each run dies inside batch 0, between two of its commits; the next redoes the batch,
+    # and must neither repeat what was committed nor lose what was not.
+    for point in ("after_silver_commit", "after_quarantine_commit", "after_metrics_commit"):
+        died = run_job("refine_silver", ["--table", crashed], {**env, FAULT_ENV: point})
+        assert died.returncode == -signal.SIGKILL, f"{point}: {died.stderr[-3000:]}"
+    assert committed_batches(spark, settings, crashed) == 1  # batch 0's metrics, once
+
+    # Then a kill at a random moment of a continuous run (often inside a MERGE).
     rng = random.Random(5)  # noqa: S311 - test timing
     log = tmp_path / "refine.log"
-    progress: list[int] = []
-    for _kill in range(3):
-        job = start_job(
-            "refine_silver",
-            ["--table", crashed, "--trigger", "continuous", "--trigger-interval", "1 second"],
-            env,
-            log,
-        )
-        try:
-            deadline = time.monotonic() + 180
-            done = progress[-1] if progress else 0
-            while committed_batches(spark, settings, crashed) <= done:
-                assert job.poll() is None, (
-                    f"refine_silver exited by itself: {log.read_text()[-3000:]}"
-                )
-                assert time.monotonic() < deadline, "no batch committed within 180 s"
-                time.sleep(0.3)
-            time.sleep(rng.uniform(0.1, 2.0))  # often inside the next batch's MERGE
-        finally:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(timeout=30)
-        progress.append(committed_batches(spark, settings, crashed))
-    assert progress[-1] < FILES, f"the runs finished before the last kill: {progress}"
+    job = start_job(
+        "refine_silver",
+        ["--table", crashed, "--trigger", "continuous", "--trigger-interval", "1 second"],
+        env,
+        log,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while committed_batches(spark, settings, crashed) <= 1:
+            assert job.poll() is None, f"refine_silver exited by itself: {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "no batch committed within 180 s"
+            time.sleep(0.3)
+        time.sleep(rng.uniform(0.1, 2.0))
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=30)
+    assert committed_batches(spark, settings, crashed) < FILES, "finished before the kill"
     run_refine(spark, settings, crashed)  # the rest, from the same checkpoint
 
     for expected, actual in zip(
