@@ -176,8 +176,20 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def require_free(label: str, host: str, port: int, setting: str) -> None:
-    """Refuse to start `label` on a port that another process (not ours) already holds."""
+# A process killed a moment ago can still hold its listening socket: the kernel reports the
+# thread-group leader dead (a zombie) while the other threads of a large JVM are still being
+# torn down, and their sockets close only when the last thread is gone.
+RELEASE_GRACE_S = 10.0
+
+
+def require_free(
+    label: str, host: str, port: int, setting: str, grace: float = RELEASE_GRACE_S
+) -> None:
+    """Refuse to start `label` on a port that another process (not ours) still holds after
+    `grace` seconds."""
+    deadline = time.monotonic() + grace
+    while port_open(host, port) and time.monotonic() < deadline:
+        time.sleep(0.2)
     if port_open(host, port):
         raise ServiceError(
             f"cannot start {label}: {host}:{port} is taken by another process (not ours); "
