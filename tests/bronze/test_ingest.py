@@ -108,9 +108,16 @@ def test_the_run_summary_counts_every_batch_not_only_sparks_last_100_reports(
     spark: SparkSession, kafka_up: Settings
 ) -> None:
     name, topic, settings = new_source(kafka_up, max_offsets_per_trigger=2)
-    kafka.produce(settings.kafka, topic, [(None, b'{"n": 1}', 0)] * 211)
-    result = run_ingest(spark, settings, name)
-    assert (result.batches, result.rows) == (106, 211)
+    kafka.produce(settings.kafka, topic, [(None, b'{"n": 1}', 0)] * 11)
+    # Spark keeps this many progress reports (100 by default): 3 here, so 6 batches are
+    # more than it remembers, as 106 would be by default.
+    key = "spark.sql.streaming.numRecentProgressUpdates"
+    spark.conf.set(key, "3")
+    try:
+        result = run_ingest(spark, settings, name)
+    finally:
+        spark.conf.unset(key)
+    assert (result.batches, result.rows) == (6, 11)
 
 
 @pytest.mark.pure
