@@ -45,7 +45,8 @@ def running_services(settings: Settings) -> Iterator[dict[str, str]]:
     """Start Kafka, PostgreSQL and Kafka Connect unless already up; stop what we started."""
     from lakehouse.devstack import ServiceError, stack
 
-    already_up = any(state.startswith("running") for state in stack.status(settings).values())
+    states = stack.status(settings)
+    already_up = any(states[name].startswith("running") for name in stack.SERVICES)
     try:
         stack.start_all(settings)
     except ServiceError as exc:

@@ -3,7 +3,7 @@
     lakehouse [--env ENV] [--verbose] COMMAND ...   (--verbose: Spark's INFO lines too)
 
     lakehouse setup                 resolve the JVM packages and service jars (idempotent)
-    lakehouse services start|stop|status [kafka|postgres|connect|spark|all]
+    lakehouse services start|stop|status [kafka|postgres|connect|spark|hdfs|all]
     lakehouse demo                  start the services and run the demo pipeline
     lakehouse notebook [--port N]   JupyterLab on 127.0.0.1 over notebooks/
     lakehouse spark-submit-args     the --packages/--conf a cluster spark-submit needs

@@ -3,6 +3,7 @@ writes a local directory, HDFS or s3a:// alike. Used for Delta logs and streamin
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core.spark import java_class
@@ -55,6 +56,22 @@ def delete(spark: SparkSession, path: str) -> None:
     fs, hadoop_path = _fs_and_path(spark, path)
     if fs.exists(hadoop_path):
         fs.delete(hadoop_path, True)
+
+
+def copy_to_local(spark: SparkSession, source: str, local_dir: Path) -> None:
+    """Copy the file or directory `source` into the local directory `local_dir` (no `.crc`
+    files: written through the raw local file system)."""
+    fs, hadoop_path = _fs_and_path(spark, source)
+    target = java_class(spark, "org.apache.hadoop.fs.Path")(str(local_dir))
+    fs.copyToLocalFile(False, hadoop_path, target, True)
+
+
+def copy_from_local(spark: SparkSession, local: Path, target: str) -> None:
+    """Copy the local file `local` to the path `target`, replacing a file there. (File by
+    file on purpose: Hadoop's copy of a directory nests it inside an existing one.)"""
+    fs, hadoop_path = _fs_and_path(spark, target)
+    source = java_class(spark, "org.apache.hadoop.fs.Path")(local.resolve().as_uri())
+    fs.copyFromLocalFile(False, True, source, hadoop_path)
 
 
 def require_writable(spark: SparkSession, root: str) -> None:

@@ -8,6 +8,9 @@
   PostgreSQL connector as an isolated plugin (`lakehouse.connectors` registers and deletes
   connectors).
 
+On demand only (not in `all`): a Spark standalone cluster (`cluster`, `spark`) and a
+single-node HDFS (`hdfs`), a storage root that is not the local disk.
+
 `stack` installs, starts, stops and reports them all; `processes`, `packages` and `jvm` are what
 the services share (state directory, pid files, ports; apt and Maven; the JVM command lines).
 
@@ -21,10 +24,12 @@ Everything lives in the gitignored state directory `<project root>/.lakehouse/`:
 
     jars/kafka/          broker + Kafka CLI tools   (services/maven/kafka/pom.xml)
     jars/connect/        Connect worker runtime     (services/maven/connect/pom.xml)
+    jars/hdfs/           HDFS NameNode + DataNode   (services/maven/hdfs/pom.xml)
     connect-plugins/debezium-postgres/  connector   (services/maven/debezium-postgres/pom.xml)
     conf/                generated server.properties, connect-standalone.properties, log4j2-*
     kafka/               cluster.id and data/ (formatted once)
     connect/             standalone offsets file
+    hdfs/                NameNode (formatted once) and DataNode storage
     postgres/            data/ and run/ (unix socket), owned by the `postgres` OS user
     logs/                kafka.log, connect.log, postgres.log, maven-*.log, apt.log
     run/                 pid files and lock files

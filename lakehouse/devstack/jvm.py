@@ -77,8 +77,13 @@ def write_properties(path: Path, props: Mapping[str, str]) -> Path:
     return path
 
 
-def _argv(jars: Path, main: str, args: Sequence[str], *options: str) -> list[str]:
-    return [java(), *options, "-cp", f"{jars}/*", main, *args]
+def _argv(
+    jars: Path, main: str, args: Sequence[str], *options: str, before: Sequence[Path] = ()
+) -> list[str]:
+    """`java` running `main` from `jars`; `before`: directories ahead of the jars on the
+    class path (Hadoop's servers read their `*-site.xml` from there)."""
+    classpath = os.pathsep.join([*map(str, before), f"{jars}/*"])
+    return [java(), *options, "-cp", classpath, main, *args]
 
 
 def tool_argv(paths: StatePaths, jars: Path, main: str, *args: str) -> list[str]:
@@ -99,6 +104,7 @@ def _server_argv(server: JvmServer, paths: StatePaths, *args: str) -> list[str]:
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={write_log4j(paths)}",
         *markers(service, paths),
+        before=server.classpath,
     )
 
 
@@ -117,6 +123,7 @@ class JvmServer:
     # Upstream's start scripts' maximum heap (kafka-server-start 1G, connect-standalone 2G): a
     # worker that runs out exits at once (ExitOnOutOfMemoryError) and drops every connector.
     heap: str = "1g"
+    classpath: Sequence[Path] = ()  # directories ahead of the jars
 
 
 def _await_ready(server: JvmServer, paths: StatePaths, pid: int, what: str, timeout: float) -> None:

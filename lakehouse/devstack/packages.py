@@ -1,5 +1,5 @@
 """What the services are made of: Debian packages (apt, only when missing) and the jars of
-Kafka, Kafka Connect and Debezium from Maven Central.
+Kafka, Kafka Connect, Debezium and HDFS from Maven Central.
 
 Jars are resolved once with `mvn -q dependency:copy-dependencies` (Maven's own cache is the
 usual `~/.m2`); a marker file holding the POM's hash makes every later run skip Maven, so a warm
@@ -126,6 +126,11 @@ def _resolve_jars(paths: StatePaths, name: str, dest: Path) -> None:
 def install_kafka_jars(paths: StatePaths) -> None:
     """The broker and Kafka's own tools, into `jars/kafka/`."""
     _resolve_jars(paths, "kafka", paths.kafka_jars)
+
+
+def install_hdfs_jars(paths: StatePaths) -> None:
+    """The HDFS NameNode and DataNode, into `jars/hdfs/`."""
+    _resolve_jars(paths, "hdfs", paths.hdfs_jars)
 
 
 def install_connect_jars(paths: StatePaths) -> None:

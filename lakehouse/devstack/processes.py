@@ -62,6 +62,10 @@ class StatePaths:
         return self.state / "jars" / "connect"
 
     @property
+    def hdfs_jars(self) -> Path:
+        return self.state / "jars" / "hdfs"
+
+    @property
     def plugins(self) -> Path:
         return self.state / "connect-plugins"
 

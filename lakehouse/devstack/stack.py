@@ -9,37 +9,42 @@ from lakehouse.core.settings import Settings
 from lakehouse.devstack import ServiceError
 from lakehouse.devstack.cluster import cluster_status, start_cluster, stop_cluster
 from lakehouse.devstack.connect import connect_status, start_connect, stop_connect
+from lakehouse.devstack.hdfs import hdfs_status, start_hdfs, stop_hdfs
 from lakehouse.devstack.jvm import java
 from lakehouse.devstack.kafka import kafka_status, start_kafka, stop_kafka
 from lakehouse.devstack.packages import (
     ensure_postgres_package,
     install_connect_jars,
+    install_hdfs_jars,
     install_kafka_jars,
 )
 from lakehouse.devstack.postgres import postgres_status, start_postgres, stop_postgres
 from lakehouse.devstack.processes import state_paths
 
 SERVICES = ("kafka", "postgres", "connect")
-# Started only by name: the jobs, the demo and the tests run on local[2].
-ON_DEMAND = ("spark",)
+# Started only by name: the jobs, the demo and most tests run on local[2] with a local root.
+ON_DEMAND = ("spark", "hdfs")
 
 _STARTERS: dict[str, Callable[[Settings], None]] = {
     "kafka": start_kafka,
     "postgres": start_postgres,
     "connect": start_connect,
     "spark": start_cluster,
+    "hdfs": start_hdfs,
 }
 _STOPPERS: dict[str, Callable[[Settings], None]] = {
     "kafka": stop_kafka,
     "postgres": stop_postgres,
     "connect": stop_connect,
     "spark": stop_cluster,
+    "hdfs": stop_hdfs,
 }
 _STATUS: dict[str, Callable[[Settings], str]] = {
     "kafka": kafka_status,
     "postgres": postgres_status,
     "connect": connect_status,
     "spark": cluster_status,
+    "hdfs": hdfs_status,
 }
 
 
@@ -49,6 +54,7 @@ def install(settings: Settings) -> None:
     java()
     install_kafka_jars(paths)
     install_connect_jars(paths)
+    install_hdfs_jars(paths)
     ensure_postgres_package(paths)
 
 
@@ -71,7 +77,8 @@ def stop_all(settings: Settings) -> None:
 
 
 def start(settings: Settings, name: str = "all") -> None:
-    """Start one service (`kafka`, `postgres`, `connect`, `spark`) or `all` (but `spark`)."""
+    """Start one service (`kafka`, `postgres`, `connect`, `spark`, `hdfs`) or `all` (the first
+    three)."""
     if name == "all":
         start_all(settings)
     else:
@@ -79,10 +86,11 @@ def start(settings: Settings, name: str = "all") -> None:
 
 
 def stop(settings: Settings, name: str = "all") -> None:
-    """Stop one service (`kafka`, `postgres`, `connect`, `spark`) or `all` (with `spark`)."""
+    """Stop one service (`kafka`, `postgres`, `connect`, `spark`, `hdfs`) or `all` (every one)."""
     if name == "all":
         stop_all(settings)
         stop_cluster(settings)
+        stop_hdfs(settings)
     else:
         _STOPPERS[_known(name)](settings)
 

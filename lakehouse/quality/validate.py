@@ -6,20 +6,23 @@ log row from `lakehouse.quality.report`.
 What is validated is the table's *current* rows at one Delta version, not its bookkeeping:
 upsert/scd1 tombstones (`__deleted`) and closed scd2 versions (`__end_seq` set) are left out,
 and every `__` column is dropped (`_rescued_data` stays). Results, suites and the rendered Data
-Docs live in a file-backed GX project under `<storage root>/_system/great_expectations` (for a
-non-local root: `.lakehouse/gx` in the checkout); a summary row goes to
-`_system/validation_log`.
+Docs live in a file-backed GX project under `<storage root>/_system/great_expectations`, on any
+file system Hadoop reaches (GX itself writes only to local files: for another root it works on
+a scratch copy, see `gx_project`); a summary row goes to `_system/validation_log`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from lakehouse.core import current, system, tables
-from lakehouse.core.settings import Settings, project_root
+from lakehouse.core import current, fs, system, tables
+from lakehouse.core.settings import Settings
 from lakehouse.quality.report import ValidationReport, log_record, outcomes
 from lakehouse.quality.suite import TableSpec, ValidateError, build_expectations, resolve_table
 
@@ -30,15 +33,64 @@ DATASOURCE = "lakehouse"
 BATCH_DEFINITION = "current"
 
 
-def gx_dir(settings: Settings) -> Path:
-    """Where the file-backed GX project lives: next to the tables for a local storage root,
-    else in the checkout (GX writes its Data Docs through the local file system)."""
-    location = settings.storage.path("_system", "great_expectations")
+GX_PROJECT = "great_expectations"
+
+
+def gx_dir(settings: Settings) -> Path | None:
+    """The file-backed GX project's directory when the storage root is on this machine's file
+    system (a path or `file:`), else None."""
+    location = settings.storage.path("_system", GX_PROJECT)
     if location.startswith("file:"):
         return Path(unquote(urlparse(location).path))
     if "://" in location:
-        return project_root() / ".lakehouse" / "gx"
+        return None
     return Path(location)
+
+
+@contextmanager
+def gx_project(
+    spark: SparkSession, settings: Settings
+) -> Iterator[tuple[Path, Callable[[str], str]]]:
+    """The GX project's directory on this machine, and how to name a file of it where it lives.
+
+    A local root: the project itself. Any other root (hdfs://, s3a://, abfss://): GX writes only
+    to local files, so it runs on a scratch copy pulled from `<root>/_system/great_expectations`
+    through Hadoop's FileSystem (earlier results included: the Data Docs index lists them) and
+    pushed back when the run succeeds; results then live with the tables, not on whichever
+    driver ran the validation."""
+    local = gx_dir(settings)
+    if local is not None:
+        yield local, _local_path
+        return
+    remote = settings.storage.path("_system", GX_PROJECT)
+    scratch = Path(tempfile.mkdtemp(prefix="lakehouse-gx-"))
+    try:
+        project = scratch / GX_PROJECT
+        if fs.exists(spark, remote):
+            fs.copy_to_local(spark, remote, scratch)
+        project.mkdir(exist_ok=True)
+        pulled = _file_stamps(project)
+
+        def where(url: str) -> str:
+            inside = Path(_local_path(url)).relative_to(project)
+            return f"{remote}/{inside.as_posix()}"
+
+        yield project, where
+        # Only what this run wrote or changed goes back (the project grows with every run).
+        for name, stamp in _file_stamps(project).items():
+            if pulled.get(name) != stamp:
+                fs.copy_from_local(spark, project / name, f"{remote}/{name}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _file_stamps(directory: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `directory` (relative POSIX path) -> (size, modification time)."""
+    return {
+        path.relative_to(directory).as_posix(): (stat.st_size, stat.st_mtime_ns)
+        for path in directory.rglob("*")
+        if path.is_file() and (stat := path.stat())
+    }
 
 
 def current_rows(
@@ -71,9 +123,11 @@ def validate(spark: SparkSession, settings: Settings, name: str) -> ValidationRe
     rows_df = rows_df.persist()
     try:
         rows = rows_df.count()
-        result, data_docs, result_path = _run_checkpoint(
-            gx_dir(settings), table, expectations, rows_df, version
-        )
+        with gx_project(spark, settings) as (root, where):
+            result, docs_url, result_url = _run_checkpoint(
+                root, table, expectations, rows_df, version
+            )
+            data_docs, result_path = where(docs_url), where(result_url)
     finally:
         rows_df.unpersist()
     report = ValidationReport(
@@ -93,7 +147,7 @@ def _run_checkpoint(
     root: Path, table: TableSpec, expectations: Sequence[Any], df: DataFrame, version: int
 ) -> tuple[Any, str, str]:
     """Run the suite through a Checkpoint whose action renders the Data Docs; returns (the
-    suite validation result, the Data Docs index.html, the stored result's JSON path)."""
+    suite validation result, the URLs of the Data Docs index.html and of the stored result)."""
     import great_expectations as gx
     from great_expectations.checkpoint.actions import UpdateDataDocsAction
     from great_expectations.core.run_identifier import RunIdentifier
@@ -131,7 +185,7 @@ def _run_checkpoint(
     ((key, result),) = outcome.run_results.items()
     result_url = context.validation_results_store.store_backend.get_url_for_key(key.to_tuple())
     docs = [s["site_url"] for s in context.get_docs_sites_urls() if s.get("site_url")]
-    return result, _local_path(docs[0]), _local_path(result_url)
+    return result, docs[0], result_url
 
 
 def _local_path(url: str) -> str:

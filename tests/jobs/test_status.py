@@ -156,6 +156,7 @@ kafka      running (pid <pid>, 127.0.0.1:19092)
 postgres   running (pid <pid>, 127.0.0.1:15432, data <dir>)
 connect    running (pid <pid>, http://127.0.0.1:18083)
 spark      stopped
+hdfs       stopped
 
 kafka (per source partition; lag = records not yet in bronze):
 |source|topic|partition|end_offset|next_offset|lag|

@@ -219,13 +219,15 @@ def test_failing_table_names_each_failed_rule_and_its_count(
     stored = json.loads(Path(report.result_path).read_text(encoding="utf-8"))
     assert stored["success"] is False
     assert stored["suite_name"] == f"silver.{name}"
-    assert Path(report.result_path).is_relative_to(gx_dir(settings))
+    project = gx_dir(settings)
+    assert project == Path(settings.storage.root) / "_system" / "great_expectations"
+    assert Path(report.result_path).is_relative_to(project)
     index = Path(report.data_docs)
     assert index.name == "index.html"
-    assert index.is_relative_to(gx_dir(settings))
+    assert index.is_relative_to(project)
     assert f"silver.{name}" in index.read_text(encoding="utf-8")
     # This run's page mirrors the stored result's path: silver/NAME/version-0/TIME/BATCH.
-    run = Path(report.result_path).relative_to(gx_dir(settings) / "uncommitted" / "validations")
+    run = Path(report.result_path).relative_to(project / "uncommitted" / "validations")
     assert run.parts[:3] == ("silver", name, "version-0")
     page = (index.parent / "validations" / run.with_suffix(".html")).read_text(encoding="utf-8")
     assert "amount_not_negative: every row satisfies amount >= 0" in page
@@ -367,13 +369,17 @@ def test_a_keyed_table_without_its_bookkeeping_is_refused(
 
 
 @pytest.mark.pure
-def test_gx_project_lives_next_to_a_local_root_else_in_the_checkout(settings: Settings) -> None:
-    def at(root: str) -> Path:
+def test_gx_project_is_used_in_place_only_under_a_local_root(settings: Settings) -> None:
+    """Any other root gets a scratch copy synced through Hadoop's FileSystem
+    (tests/core/test_remote_root.py)."""
+
+    def at(root: str) -> Path | None:
         return gx_dir(replace(settings, storage=replace(settings.storage, root=root)))
 
     assert at("/lake") == Path("/lake/_system/great_expectations")
     assert at("file:///lake") == Path("/lake/_system/great_expectations")
-    assert at("s3a://bucket/lake").parts[-2:] == (".lakehouse", "gx")
+    assert at("s3a://bucket/lake") is None
+    assert at("hdfs://namenode:8020/lake") is None
 
 
 def run_cli(
