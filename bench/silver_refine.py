@@ -1,0 +1,289 @@
+"""Silver throughput: `refine_silver` (the library call, no expectations) against a minimal
+hand-written Spark job doing the same bronze -> silver step, same session, alternating runs.
+
+    .venv/bin/python bench/silver_refine.py --events 1000000 --rounds 4
+
+The events (orders, ~110 bytes of JSON, `silver_expectations.event`) are produced to Kafka and
+ingested once into bronze with the real `ingest_events` path. Every round then runs, for each
+mode, refine and the hand-written job over all of bronze (one micro-batch, available-now) into
+a fresh table with its own checkpoint; who goes first alternates. The hand-written job:
+`readStream` of bronze's change feed from version 0, inserts only, `from_json(CAST(value AS
+STRING), schema)` plus the Kafka lineage columns, then a Delta append (append) or, in
+`foreachBatch`, the latest record per `order_id` by `ts` (`row_number`) MERGEd into the table
+(upsert). `--breakdown` also times, on the same bronze rows read as a static DataFrame and
+written to Spark's `noop` sink, how far each step of a refine batch gets: the hand-written
+parse, refine's parse (`plan.transform`), plus the rules' evaluation, plus the cache and the
+batch's one aggregation. Needs Kafka (started here if it is not running, and stopped again at
+the end if it was started here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from benchlib import cpu_seconds, jvm_pid, preload
+from silver_expectations import MAX_OFFSETS_PER_TRIGGER, PARTITIONS, SCHEMA, SOURCE, event
+
+from lakehouse.bronze.ingest import IngestOptions, ingest
+from lakehouse.core import kafka, tables
+from lakehouse.core.settings import Settings, load_settings
+from lakehouse.core.spark import build_session
+from lakehouse.core.specs import SilverTableSettings, SourceSettings
+from lakehouse.devstack.kafka import kafka_status, start_kafka, stop_kafka
+from lakehouse.silver import batch as refine_batch
+from lakehouse.silver import plan as silver_plan
+from lakehouse.silver import transform as silver
+from lakehouse.silver.refine import RefineOptions, refine
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# (session, settings, bronze path, work directory) -> rows read
+Job = Callable[["SparkSession", Settings, str, str], int]
+
+
+def silver_table(mode: str) -> SilverTableSettings:
+    return SilverTableSettings(
+        source=SOURCE,
+        mode=mode,
+        schema=SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts" if mode == "upsert" else "",
+    )
+
+
+def refine_job(mode: str) -> Job:
+    def run(spark: SparkSession, settings: Settings, _bronze: str, _work: str) -> int:
+        name = f"bench_{uuid.uuid4().hex[:10]}"
+        result = refine(
+            spark, replace(settings, silver={name: silver_table(mode)}), RefineOptions(name)
+        )
+        if result.batches != 1:
+            print(f"note: refine ran {result.batches} micro-batches")
+        return result.rows_in
+
+    return run
+
+
+def parsed(batch: DataFrame) -> DataFrame:
+    """The hand-written parse: the record's columns and the Kafka lineage."""
+    from pyspark.sql import functions as F
+
+    return batch.select(
+        F.from_json(F.col("value").cast("string"), SCHEMA).alias("r"),
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+    ).select("r.*", "topic", "partition", "offset", "kafka_timestamp")
+
+
+def feed(spark: SparkSession, bronze: str) -> DataFrame:
+    return (
+        spark.readStream.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(bronze)
+        .where("_change_type = 'insert'")
+    )
+
+
+def hand_append(spark: SparkSession, _settings: Settings, bronze: str, work: str) -> int:
+    target = f"{work}/hand_{uuid.uuid4().hex[:10]}"
+    query = (
+        parsed(feed(spark, bronze))
+        .writeStream.format("delta")
+        .option("checkpointLocation", f"{target}_checkpoint")
+        .trigger(availableNow=True)
+        .start(target)
+    )
+    query.awaitTermination()
+    return sum(int(p["numInputRows"]) for p in query.recentProgress)
+
+
+def hand_upsert(spark: SparkSession, _settings: Settings, bronze: str, work: str) -> int:
+    from delta.tables import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    target = f"{work}/hand_{uuid.uuid4().hex[:10]}"
+    empty = parsed(spark.read.format("delta").load(bronze).limit(0))
+    empty.write.format("delta").save(target)
+
+    def upsert(batch: DataFrame, _batch_id: int) -> None:
+        latest = Window.partitionBy("order_id").orderBy(F.col("ts").desc())
+        rows = parsed(batch).withColumn("_n", F.row_number().over(latest)).where("_n = 1")
+        (
+            DeltaTable.forPath(spark, target)
+            .alias("t")
+            .merge(rows.drop("_n").alias("s"), "t.order_id = s.order_id")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    query = (
+        feed(spark, bronze)
+        .writeStream.foreachBatch(upsert)
+        .option("checkpointLocation", f"{target}_checkpoint")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return sum(int(p["numInputRows"]) for p in query.recentProgress)
+
+
+def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int) -> None:
+    """Seconds to reach each step of a refine batch (append, no expectations) on the same
+    bronze rows, each written to the `noop` sink; medians of `rounds` after a warm-up."""
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    table = silver_table("append")
+    fresh = replace(settings, silver={name: table})
+    path = silver_plan.silver_path(fresh, name)
+    plan = silver_plan.prepare(spark, fresh, name, table, "events", path)
+    rows = spark.read.format("delta").load(bronze)
+
+    def noop(df: DataFrame) -> None:
+        df.write.format("noop").mode("overwrite").save()
+
+    def evaluated() -> DataFrame:
+        records = silver_plan.transform(rows, plan.table, plan.kind, plan.schema)
+        return silver.evaluate_rules(records, plan.expectations)
+
+    def cached_stats() -> None:
+        df = evaluated().persist()
+        try:
+            refine_batch.batch_stats(df, plan.expectations, plan.schema.names)
+            noop(df.select(*[f"`{c}`" for c in silver_plan.row_columns(df)]))
+        finally:
+            df.unpersist()
+
+    from pyspark.sql import functions as F
+
+    from lakehouse.silver import decode
+
+    text = F.col("value").cast("string")
+    as_map = F.from_json(text, "map<string,string>")
+    names = plan.schema.names
+    struct, encodings = plan.schema.struct, plan.schema.encodings
+    steps: dict[str, Callable[[], None]] = {
+        "hand-written parse": lambda: noop(parsed(rows)),
+        "  map<string,string> parse": lambda: noop(
+            rows.select(as_map.alias("m")).select(*[F.col("m")[n] for n in names])
+        ),
+        "  VARIANT parse (one field)": lambda: noop(
+            rows.select(F.try_variant_get(F.try_parse_json(text), "$.amount", "string"))
+        ),
+        "  map parse + decoded columns": lambda: noop(
+            rows.select(as_map.alias("m")).select(
+                *decode.decoded_columns(F.col("m"), F.lit(None), struct, encodings)
+            )
+        ),
+        "refine parse (transform)": lambda: noop(
+            silver_plan.transform(rows, plan.table, plan.kind, plan.schema)
+        ),
+        "+ rules evaluated": lambda: noop(evaluated()),
+        "+ cache, one aggregation, rows read back": cached_stats,
+    }
+    times: dict[str, list[float]] = {label: [] for label in steps}
+    for round_no in range(rounds + 1):
+        for label, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            if round_no:  # round 0 warms up
+                times[label].append(time.perf_counter() - t0)
+    print("\nbreakdown (static read of bronze, noop sink, medians):")
+    for label, values in times.items():
+        print(f"  {label:<42} {statistics.median(values):6.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--modes", default="append,upsert")
+    parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument("--driver-memory", default="4g")
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+
+    work = tempfile.mkdtemp(prefix="bench-silver-refine-")
+    settings = load_settings(
+        "test",
+        overrides={"storage.root": work, "spark.conf": {"spark.driver.memory": args.driver_memory}},
+    )
+    kafka_was_running = kafka_status(settings).startswith("running")
+    start_kafka(settings)
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    preload(settings, topic, args.events, event, PARTITIONS)
+    source = SourceSettings(
+        kind="events", topics=(topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
+    )
+    settings = replace(settings, sources={SOURCE: source}, silver={})
+    spark = build_session(settings, "bench-silver-refine")
+    pid = jvm_pid(spark)
+    results: list[dict[str, Any]] = []
+    try:
+        ingested = ingest(spark, settings, IngestOptions(SOURCE), "events")
+        print(f"bronze holds {ingested.rows} events")
+        kafka.delete_topics(settings.kafka, [topic])
+        bronze = tables.table_path(settings, settings.bronze_table(SOURCE))
+        hand = {"append": hand_append, "upsert": hand_upsert}
+        jobs = {
+            (m, j): refine_job(m) if j == "refine" else hand[m]
+            for m in modes
+            for j in ("refine", "hand")
+        }
+        for job in jobs.values():  # warm-up: JIT, class loading, bronze in the page cache
+            job(spark, settings, bronze, work)
+        for round_no in range(args.rounds):
+            for mode in modes:
+                order = ["refine", "hand"] if round_no % 2 == 0 else ["hand", "refine"]
+                for label in order:
+                    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+                    rows = jobs[(mode, label)](spark, settings, bronze, work)
+                    wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+                    record = {
+                        "mode": mode,
+                        "job": label,
+                        "seconds": round(wall, 2),
+                        "cpu_s": round(cpu, 1),
+                        "rows": rows,
+                    }
+                    results.append(record)
+                    print(json.dumps(record))
+        if args.breakdown:
+            breakdown(spark, settings, bronze, args.rounds)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        if not kafka_was_running:
+            stop_kafka(settings)
+    report(results, modes, args.events)
+
+
+def report(results: list[dict[str, Any]], modes: list[str], events: int) -> None:
+    def median(mode: str, job: str, key: str) -> float:
+        return statistics.median(
+            float(r[key]) for r in results if r["mode"] == mode and r["job"] == job
+        )
+
+    print(f"\n{events:,} events, one micro-batch per run, medians")
+    print(f"{'mode':<8} {'hand-written s':>14} {'refine s':>9} {'ratio':>6} {'CPU ratio':>9}")
+    for mode in modes:
+        hand, ours = median(mode, "hand", "seconds"), median(mode, "refine", "seconds")
+        cpu = median(mode, "hand", "cpu_s") / median(mode, "refine", "cpu_s")
+        print(f"{mode:<8} {hand:>14.2f} {ours:>9.2f} {hand / ours:>5.2f}x {cpu:>8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
