@@ -4,7 +4,13 @@ Tests live in packages mirroring the library's (core, bronze, silver, quality, o
 `pytest -m "not services"` runs those that need no Kafka, PostgreSQL or Connect, and
 `pytest -m pure` the pure transform, expression and config tests (no table written).
 
-In CI (CI=true) a service that cannot start fails the run; nothing is ever skipped there."""
+In CI (CI=true) a service that cannot start fails the run; nothing is ever skipped there.
+
+`./dev test` runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup`); each has its
+own SparkSession and storage root. Tests that stop, kill or report the services every test
+shares (Kafka Connect, the standalone cluster, HDFS) carry `xdist_group("stack")`, so they run
+on one worker, one after another. The services are started by whichever worker needs them
+first and stopped by the controller at the end when none ran before the session."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from xdist import is_xdist_controller, is_xdist_worker
 
 from lakehouse.core.settings import Settings, load_settings
 from lakehouse.devstack import pg
@@ -40,13 +47,25 @@ def spark(settings: Settings) -> Iterator[object]:
     session.stop()
 
 
-@pytest.fixture(scope="session")
-def running_services(settings: Settings) -> Iterator[dict[str, str]]:
-    """Start Kafka, PostgreSQL and Kafka Connect unless already up; stop what we started."""
-    from lakehouse.devstack import ServiceError, stack
+_SERVICES_WERE_UP = pytest.StashKey[bool]()
+
+
+def services_up(settings: Settings) -> bool:
+    from lakehouse.devstack import stack
 
     states = stack.status(settings)
-    already_up = any(states[name].startswith("running") for name in stack.SERVICES)
+    return any(states[name].startswith("running") for name in stack.SERVICES)
+
+
+@pytest.fixture(scope="session")
+def running_services(
+    settings: Settings, request: pytest.FixtureRequest
+) -> Iterator[dict[str, str]]:
+    """Start Kafka, PostgreSQL and Kafka Connect unless already up; stop what we started (in a
+    worker of a distributed run, the controller does: the other worker may still use them)."""
+    from lakehouse.devstack import ServiceError, stack
+
+    already_up = services_up(settings) or is_xdist_worker(request)
     try:
         stack.start_all(settings)
     except ServiceError as exc:
@@ -93,8 +112,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.services)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if is_xdist_controller(session):
+        session.stash[_SERVICES_WERE_UP] = services_up(load_settings("test"))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """In CI a skipped test is a failed test: turn any skip into a failing exit status."""
+    """In CI a skipped test is a failed test: turn any skip into a failing exit status. The
+    controller of a distributed run stops the services a worker started."""
+    if is_xdist_controller(session) and not session.stash.get(_SERVICES_WERE_UP, True):
+        from lakehouse.devstack import stack
+
+        stack.stop_all(load_settings("test"))
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = len(reporter.stats.get("skipped", [])) if reporter is not None else 0
     if in_ci() and skipped and exitstatus == 0:

@@ -9,6 +9,7 @@ Spark ships them, never from a checkout or a virtual environment that happens to
 from __future__ import annotations
 
 import io
+import os
 import zipfile
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def library_archive(dest: Path | None = None) -> Path:
     content = _zip_bytes(package)
     if not target.is_file() or target.read_bytes() != content:
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".zip.tmp")
+        partial = target.with_suffix(f".zip.{os.getpid()}.tmp")  # two writers: two files
         partial.write_bytes(content)
         partial.replace(target)  # a concurrent spark-submit never ships half an archive
     return target
