@@ -15,11 +15,6 @@ from lakehouse.core.settings import Settings
 from tests.bronze.helpers import bronze, new_source, run_ingest, wait_for_records
 from tests.conftest import pg_connect
 
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
-
 CDC_COLUMNS = (
     "offset long, value_error string, cdc_op string, cdc_key string, cdc_lsn long, "
     "cdc_source_ts_ms long, cdc_table string, cdc_deleted string"

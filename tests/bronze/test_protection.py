@@ -12,10 +12,6 @@ from lakehouse.core import fs, kafka, protection, system, tables
 from lakehouse.core.settings import Settings
 from tests.bronze.helpers import bronze, new_source, run_ingest
 
-# Its module fixture builds the tables once: its tests stay on one xdist worker.
-pytestmark = pytest.mark.xdist_group("protection")
-
-
 # Delta refuses DELETE/UPDATE/overwrite on delta.appendOnly tables. (Not TRUNCATE: Delta
 # refuses that on every table, so it tells nothing about protection; RESTORE, which appendOnly
 # lets through, has its own test below.)

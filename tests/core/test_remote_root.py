@@ -32,10 +32,6 @@ from tests.silver.helpers import (
     run_refine,
 )
 
-# Starts and stops the dev stack's HDFS, which test_status reports: both run on one xdist
-# worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
 
 @pytest.fixture(scope="module")
 def on_hdfs(settings: Settings) -> Iterator[Settings]:

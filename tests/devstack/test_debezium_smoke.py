@@ -8,15 +8,9 @@ import time
 import uuid
 from typing import Any
 
-import pytest
-
 from lakehouse.core import kafka
 from lakehouse.core.settings import Settings
 from tests.conftest import pg_connect
-
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
 
 
 def consume(settings: Settings, topic: str, count: int, timeout_s: float = 90.0) -> list[Any]:

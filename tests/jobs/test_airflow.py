@@ -35,11 +35,6 @@ from lakehouse.offline import boundary, store
 from lakehouse.silver.plan import silver_path
 from tests.jobs.helpers import conf_overlay
 
-# Starts and stops the dev stack's standalone cluster, which test_status reports: both run on
-# one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
-
 AIRFLOW = project_root() / ".lakehouse" / "airflow" / "venv" / "bin" / "airflow"
 DAGS = project_root() / "deploy" / "airflow"
 STAGES = ("ingest", "refine", "gold", "offline")  # each starts when the one before is done

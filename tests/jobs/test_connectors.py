@@ -8,8 +8,6 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import pytest
-
 from lakehouse.connectors.debezium import delete_connector
 from lakehouse.connectors.rest import connector_url, http
 from lakehouse.core import kafka
@@ -18,10 +16,6 @@ from lakehouse.core.settings import Settings
 from tests.bronze.helpers import wait_for_records
 from tests.conftest import pg_connect
 from tests.jobs.helpers import conf_overlay, last_line, overlay_env, run_cli
-
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
 
 
 def slots(settings: Settings, slot: str) -> int:

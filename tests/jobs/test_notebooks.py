@@ -21,11 +21,6 @@ from lakehouse import cli
 from lakehouse.core.settings import Settings, load_settings, project_root
 from lakehouse.devstack import demo
 
-# The demo registers the shipped customers connector on the Connect worker the CDC tests share
-# (tests/conftest.py): it runs on their xdist worker, in turn.
-pytestmark = pytest.mark.xdist_group("stack")
-
-
 NOTEBOOKS = sorted((project_root() / "notebooks").glob("*.ipynb"))
 
 

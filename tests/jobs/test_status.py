@@ -28,11 +28,6 @@ from tests.bronze.helpers import run_ingest
 from tests.jobs.helpers import conf_overlay, overlay_env, run_cli
 from tests.silver.helpers import ORDER_SCHEMA
 
-# Status prints every service's state; the tests that start and stop the cluster, HDFS and
-# Connect run on the same xdist worker, so none changes under it (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
-
 TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?")
 PID = re.compile(r"pid \d+")
 DATA = re.compile(r"data \S+\)")  # where PostgreSQL keeps its cluster (CI: outside the clone)

@@ -24,10 +24,6 @@ from lakehouse.quality.report import ExpectationOutcome
 from lakehouse.quality.suite import ValidateError, build_expectations, resolve_table
 from lakehouse.quality.validate import gx_dir, validate
 
-# Its module fixture builds the tables once: its tests stay on one xdist worker.
-pytestmark = pytest.mark.xdist_group("validate")
-
-
 ORDER_COLUMNS = (
     "order_id BIGINT, order_status STRING, amount DECIMAL(12,2), ts BIGINT, _rescued_data STRING"
 )

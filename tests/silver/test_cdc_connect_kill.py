@@ -10,7 +10,6 @@ import os
 import signal
 import time
 
-import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse.connectors.debezium import register_postgres_connector
@@ -27,11 +26,6 @@ from tests.silver.helpers import (
     silver_table,
     with_silver,
 )
-
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
 
 SCHEMA = "id INT, name STRING"
 DDL = ["CREATE TABLE public.{table} (id int PRIMARY KEY, name text)"]

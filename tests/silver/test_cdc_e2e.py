@@ -12,7 +12,6 @@ import random
 import string
 from typing import Any
 
-import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -22,11 +21,6 @@ from lakehouse.silver.toast import TOAST_PLACEHOLDER
 from tests.bronze.helpers import bronze, run_ingest, wait_for_records
 from tests.conftest import pg_connect
 from tests.silver.helpers import current, debezium_table, run_refine, with_silver
-
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
 
 COLUMNS = ("customer_id", "name", "email", "country", "notes", "updated_at")
 SCHEMA = (

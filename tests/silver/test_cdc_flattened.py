@@ -19,11 +19,6 @@ from tests.silver.helpers import (
     with_silver,
 )
 
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
-
 SCHEMA = "id INT, name STRING"
 Version = tuple[int, str, bool]  # id, name, still open
 

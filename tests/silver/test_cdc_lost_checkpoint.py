@@ -6,7 +6,6 @@ current rows equal PostgreSQL, and SCD2's history is the one a clean run gives."
 
 from __future__ import annotations
 
-import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse.core import fs
@@ -20,11 +19,6 @@ from tests.silver.helpers import (
     silver_table,
     with_silver,
 )
-
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
 
 SCHEMA = "id INT, name STRING"
 DDL = ["CREATE TABLE public.{table} (id int PRIMARY KEY, name text)"]

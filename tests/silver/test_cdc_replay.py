@@ -6,7 +6,6 @@ clean run gives: the replay adds no version and loses none."""
 
 from __future__ import annotations
 
-import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse.connectors.debezium import delete_connector, register_postgres_connector
@@ -22,11 +21,6 @@ from tests.silver.helpers import (
     silver_table,
     with_silver,
 )
-
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
 
 SCHEMA = "id INT, name STRING, country STRING"
 DDL = ["CREATE TABLE public.{table} (id int PRIMARY KEY, name text, country text)"]

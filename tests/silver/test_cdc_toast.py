@@ -7,16 +7,10 @@ to take is quarantined, never stored."""
 
 from __future__ import annotations
 
-import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse.core.settings import Settings
 from tests.silver.helpers import Round, debezium_table, rounds_equal_postgres, with_silver
-
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
 
 SCHEMA = "id INT, name STRING, notes STRING, blob BINARY, tags ARRAY<STRING>, nums ARRAY<INT>"
 DDL = [

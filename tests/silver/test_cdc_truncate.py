@@ -5,7 +5,6 @@ removed, at the truncate, and keeps the reloaded versions open."""
 
 from __future__ import annotations
 
-import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
@@ -13,11 +12,6 @@ from lakehouse.core.settings import Settings
 from tests.bronze.helpers import run_ingest, wait_for_records
 from tests.conftest import pg_connect
 from tests.silver.helpers import current, debezium_table, run_refine, silver_table, with_silver
-
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
 
 SCHEMA = "id INT, name STRING"
 

@@ -19,11 +19,6 @@ from tests.bronze.helpers import new_source, run_ingest, wait_for_records
 from tests.conftest import pg_connect
 from tests.silver.helpers import current, debezium_table, quarantine, run_refine, with_silver
 
-# Kafka Connect is one worker every CDC test shares and test_cdc_connect_kill kills it:
-# these tests run on one xdist worker, in turn (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("stack")
-
-
 COLUMNS = (
     "id int PRIMARY KEY, small int2, big int8, amount numeric(12,2), ratio numeric, r real, "
     "d double precision, flag bool, name varchar(20), body text, raw bytea, day date, "
