@@ -78,12 +78,16 @@ def require_writable(spark: SparkSession, root: str) -> None:
     """Fail at once, in one line, when the storage root cannot be written (a typo, a file where
     a folder should be, a read-only mount, missing credentials): the first Delta write would
     otherwise end the job with a page of Java stack. Creates the root, then writes and deletes
-    a probe file in it."""
+    a probe file in it, named for this process and call: jobs a scheduler starts together
+    probe the same root at once, and must not delete each other's probe."""
+    import os
+    import uuid
+
     from py4j.protocol import Py4JJavaError
 
     from lakehouse.core.errors import UsageError
 
-    probe = f"{root.rstrip('/')}/.lakehouse-write-probe"
+    probe = f"{root.rstrip('/')}/.lakehouse-write-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         fs, hadoop_path = _fs_and_path(spark, root)
         fs.mkdirs(hadoop_path)
