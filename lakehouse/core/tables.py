@@ -63,20 +63,38 @@ def create_table(
     properties: Mapping[str, str],
     partition_by: Sequence[str] = (),
 ) -> bool:
-    """Create the table with an explicit schema and properties unless it exists (idempotent;
-    concurrent creators are fine: Delta lets exactly one of them commit version 0). True when
-    the table was not there before."""
+    """Create the table with an explicit schema and properties unless it exists (idempotent).
+    True when it was missing (two racing creators may both see True; False: it was there,
+    check it). Jobs started together create shared tables (the
+    quarantine, the metrics) at once: Delta lets one of them commit version 0 and fails the
+    others in ways that depend on the moment (ProtocolChangedException, or
+    DELTA_TABLE_NOT_FOUND on a log folder without its first commit yet). A loser that then
+    finds the table there goes on; only an error with no table behind it is raised."""
+    import time
+
     from delta.tables import DeltaTable
 
-    if exists(spark, path):
-        return False
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-    for key, value in properties.items():
-        builder = builder.property(key, value)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
-    builder.execute()
-    return True
+    for attempt in range(_CREATE_ATTEMPTS):
+        if exists(spark, path):
+            return False
+        builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+        for key, value in properties.items():
+            builder = builder.property(key, value)
+        if partition_by:
+            builder = builder.partitionedBy(*partition_by)
+        try:
+            builder.execute()
+            return True
+        except Exception:
+            if exists(spark, path):
+                return False
+            if attempt == _CREATE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))  # the winner's first commit is on its way
+    raise AssertionError("unreachable")
+
+
+_CREATE_ATTEMPTS = 5
 
 
 def missing_columns(
