@@ -9,7 +9,10 @@ In CI (CI=true) a service that cannot start fails the run; nothing is ever skipp
 `./dev test` runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup`); each has its
 own SparkSession and storage root. The modules in `SERIAL` run on one worker, one after another:
 they share or change one service's state. The services are started by whichever worker needs
-them first and stopped by the controller at the end when none ran before the session."""
+them first and stopped by the controller at the end when none ran before the session. Tests
+marked `exclusive` need the machine and the services alone (the fault test restarts the broker
+everyone shares): a distributed run leaves them out, and `./dev test` runs them afterwards in a
+second pass, `pytest --exclusive only`."""
 
 from __future__ import annotations
 
@@ -157,10 +160,34 @@ def kafka_up(running_services: dict[str, str], settings: Settings) -> Settings:
     return settings
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--exclusive",
+        choices=("run", "skip", "only"),
+        default="run",
+        help="the tests marked exclusive: run them (default; left out by the workers of a "
+        "distributed run), skip them, or run only them (./dev test's two passes)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that needs the real services (through `running_services`, directly or through
     `kafka_up` / `pg_table`) carries the `services` marker, so `-m "not services"` selects the
-    tests that need only Spark and Delta."""
+    tests that need only Spark and Delta. An `exclusive` test never shares the machine: a
+    worker of a distributed run leaves it out (as `--exclusive skip` does), `--exclusive only`
+    leaves out the rest."""
+    mode = str(config.getoption("--exclusive"))
+    if mode == "run" and hasattr(config, "workerinput"):
+        mode = "skip"
+    wanted = mode == "only"
+    left_out = [
+        item
+        for item in items
+        if mode != "run" and (item.get_closest_marker("exclusive") is not None) != wanted
+    ]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in left_out]
     for item in items:
         if "running_services" in getattr(item, "fixturenames", ()):
             if item.get_closest_marker("pure"):
