@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import system, tables
 from lakehouse.core.settings import Settings
-from lakehouse.offline import buckets
+from lakehouse.offline import buckets, guard, store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 MOVE_PLANNED, MOVED = "move_planned", "moved"
+BACKFILL_ANNOUNCED = "backfill_announced"
 
 
 @dataclass(frozen=True)
@@ -89,14 +90,67 @@ def who() -> tuple[str, str]:
     return getpass.getuser(), socket.gethostname()
 
 
+def announce_backfill(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    txn: guard.Txn,
+    window: tuple[datetime, datetime],
+    offline_version: int,
+) -> None:
+    """Before a backfill's commit: its window and its Delta transaction, so a move can tell
+    that the commit landed before its `backfill_log` row (written at the very end)."""
+    record_move(
+        spark,
+        settings,
+        BACKFILL_ANNOUNCED,
+        table,
+        {
+            "app_id": txn[0],
+            "seq": txn[1],
+            "window_from": window[0].isoformat(),
+            "window_to": window[1].isoformat(),
+            "offline_version": offline_version,
+        },
+    )
+
+
+def announced_backfills(
+    spark: SparkSession, settings: Settings, table: str
+) -> list[guard.Announced]:
+    return [
+        guard.Announced(
+            (e["app_id"], int(e["seq"])),
+            (datetime.fromisoformat(e["window_from"]), datetime.fromisoformat(e["window_to"])),
+            int(e["offline_version"]),
+        )
+        for e in system.read_log(spark, settings, system.OFFLINE_LOG, table)
+        if e["event"] == BACKFILL_ANNOUNCED
+    ]
+
+
 def owned_buckets(
     spark: SparkSession, settings: Settings, table: str, bucket: int
 ) -> set[datetime]:
-    """The bucket starts inside the window of any applied backfill of `table`."""
-    windows = backfills(spark, settings, table).where("status = 'applied'")
+    """The bucket starts inside the window of any backfill of `table` that committed: those
+    recorded as applied, and those announced whose commit is in the offline table's log but
+    not yet recorded (a backfill still finishing, or killed after its commit)."""
+    recorded = backfills(spark, settings, table)
     owned: set[datetime] = set()
-    for row in windows.select("window_from", "window_to").distinct().collect():
+    windows = recorded.where("status = 'applied'").select("window_from", "window_to")
+    for row in windows.distinct().collect():
         owned.update(buckets.starts(row["window_from"], row["window_to"], bucket))
+    done = {
+        (r["seq"], r["content_hash"][:16]) for r in recorded.select("seq", "content_hash").collect()
+    }
+    pending = [
+        a
+        for a in announced_backfills(spark, settings, table)
+        if (a.txn[1], a.txn[0].rsplit(":", 1)[-1]) not in done
+    ]
+    path = store.offline_path(settings, table)
+    for a in guard.committed(spark, path, pending, tables.latest_version(spark, path)):
+        owned.update(buckets.starts(*a.window, bucket))
     return owned
 
 

@@ -12,7 +12,9 @@ Rules:
   window's start move from the realtime table in the same commit (so the view has no gap),
   and the boundary moves to the window's end.
 - The buckets of the window are then owned by the backfill: `realtime_to_offline` does not move
-  them again and reports late realtime changes to them instead of applying them.
+  them again and reports late realtime changes to them instead of applying them. The window is
+  announced (`_system/offline_log`) before the commit, so a move running at the same time
+  never undoes it (`guard`).
 - Every run is recorded in `_system/backfill_log`; the same input over the same window,
   replayed while it is still the window's latest backfill, is a no-op (and recorded as one).
 """
@@ -169,6 +171,9 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
         return report
     app_id = f"{JOB}:{options.table}:{digest[:16]}"
     columns = spark.read.format("delta").load(off_path).columns
+    version = tables.latest_version(spark, off_path)
+    window = (options.start, options.end)
+    audit.announce_backfill(spark, settings, options.table, (app_id, seq), window, version)
     store.replace_where(new_rows.select(*[f"`{c}`" for c in columns]), off_path, where, app_id, seq)
     faults.point("after_offline_commit")
     report.offline_version_after = tables.latest_version(spark, off_path)

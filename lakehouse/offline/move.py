@@ -10,7 +10,8 @@ A run:
    plus the late buckets, at one realtime version. The plan is recorded in
    `_system/offline_log` before the first commit;
 3. replaces exactly those buckets of the offline table with the realtime table's current rows
-   of that version, in one commit;
+   of that version, in one commit; a backfill that committed to any of them after the plan
+   read the owned buckets is put back right after (`guard`);
 4. moves the boundary to the end of the newest closed bucket; records the outcome.
 
 Idempotent: the plan fixes the realtime version (read by time travel) and the buckets, and both
@@ -27,25 +28,20 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import current, faults, tables
-from lakehouse.core.errors import ContractViolation
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import OfflineTableSettings, parse_duration
 from lakehouse.core.streaming import check_trigger, repeat
-from lakehouse.offline import audit, boundary, buckets, store
+from lakehouse.offline import audit, boundary, buckets, changes, guard, store
 from lakehouse.offline.buckets import instant_argument
 from lakehouse.offline.store import BUCKET
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
 JOB = "realtime_to_offline"
-
-
-class UnreadableTimeError(ContractViolation):
-    """Live realtime rows whose time cannot be read: no bucket can hold them."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +92,10 @@ class Plan:
     range_end: str  # the end of the newest closed bucket
     late: list[str] = field(default_factory=list)  # moved buckets to move again
     ignored: dict[str, int] = field(default_factory=dict)  # owned bucket -> late changes
+    # The offline version, then the backfilled buckets, read when planning (None in plans
+    # recorded before these were: they are read again when the plan runs).
+    offline_version: int | None = None
+    owned: list[str] | None = None
 
     @property
     def replaces_buckets(self) -> bool:
@@ -103,6 +103,12 @@ class Plan:
         late, no bucket closed since): the offline table gets no commit."""
         new_range = self.range_start is None or self.range_end > self.range_start
         return new_range or bool(self.late)
+
+    def replaces(self, bucket: datetime, owned: set[datetime]) -> bool:
+        """Whether the plan replaces `bucket` (`buckets_sql`, in Python)."""
+        start = _at(self.range_start) if self.range_start else None
+        new = (start is None or bucket >= start) and bucket < _at(self.range_end)
+        return (new or bucket.isoformat() in self.late) and bucket not in owned
 
     def buckets_sql(self, owned: set[datetime]) -> str:
         """The buckets this plan replaces, minus those a backfill owns."""
@@ -123,6 +129,7 @@ class MoveResult:
     boundary_before: datetime | None = None
     boundary_after: datetime | None = None
     resumed: bool = False
+    restored: set[datetime] = field(default_factory=set)  # buckets a backfill wrote meanwhile
 
 
 def realtime_to_offline(
@@ -168,7 +175,7 @@ def _progress(
     done = next((e for e in reversed(events) if e["event"] == audit.MOVED), None)
     planned = next((e for e in reversed(events) if e["event"] == audit.MOVE_PLANNED), None)
     if planned is not None and (done is None or planned["n"] > done["n"]):
-        fields = {k: planned[k] for k in Plan.__dataclass_fields__}
+        fields = {k: planned[k] for k in Plan.__dataclass_fields__ if k in planned}
         return Plan(**fields), done
     return None, done
 
@@ -190,7 +197,9 @@ def _plan(
     if start is not None and end < start:
         end = start  # the clock is behind the boundary (a backfill or a hand set moved it)
     last_version = int(done["realtime_version"]) if done else None
-    changed = _changed_buckets(spark, rt_path, spec, table, last_version, version)
+    changed = changes.changed_buckets(spark, rt_path, spec, table, last_version, version)
+    # The offline version first: a backfill committing after it is put back (`guard`).
+    offline_version = tables.latest_version(spark, store.offline_path(settings, table))
     owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
     moved_before = [b for b in changed if start is not None and b < start]
     late = sorted(b for b in moved_before if b not in owned)
@@ -205,6 +214,8 @@ def _plan(
         range_end=end.isoformat(),
         late=[b.isoformat() for b in late],
         ignored=ignored,
+        offline_version=offline_version,
+        owned=[b.isoformat() for b in sorted(owned)],
     )
 
 
@@ -235,69 +246,14 @@ def waiting(
         return closed_buckets, 0
     version = tables.latest_version(spark, rt_path)
     try:
-        changed = _changed_buckets(
+        changed = changes.changed_buckets(
             spark, rt_path, spec, table, int(done["realtime_version"]), version
         )
-    except UnreadableTimeError:
+    except changes.UnreadableTimeError:
         return closed_buckets, None  # the next run refuses them; status does not
     owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
     late = sum(n for b, n in changed.items() if b < before.boundary and b not in owned)
     return closed_buckets, late
-
-
-def _changed_buckets(
-    spark: SparkSession,
-    rt_path: str,
-    spec: OfflineTableSettings,
-    table: str,
-    since: int | None,
-    until: int,
-) -> dict[datetime, int]:
-    """The buckets the realtime changes in versions (since, until] touched, with how many
-    changes each (a change touches the buckets of its old and its new time). Refuses live
-    rows whose time cannot be read. The first run (since None) checks every live row."""
-    if since is None:
-        live = current.live_rows(
-            spark.read.format("delta").option("versionAsOf", until).load(rt_path)
-        )
-        _refuse_unreadable(store.with_bucket(live, spec), spec, table)
-        return {}
-    if since >= until:
-        return {}
-    feed = tables.change_feed(spark, rt_path, since, until)
-    images = store.with_bucket(feed, spec)
-    post = images.where("_change_type IN ('insert', 'update_postimage')")
-    condition = current.live_condition(feed.columns)
-    _refuse_unreadable(post.where(condition) if condition else post, spec, table)
-    counts = (
-        images.where(f"_change_type <> 'update_preimage' AND {BUCKET} IS NOT NULL")
-        .groupBy(BUCKET)
-        .count()
-        .collect()
-    )
-    touched = {r[BUCKET]: int(r["count"]) for r in counts}
-    for row in (
-        images.where(f"_change_type = 'update_preimage' AND {BUCKET} IS NOT NULL")
-        .select(BUCKET)
-        .distinct()
-        .collect()
-    ):
-        touched.setdefault(row[BUCKET], 0)  # the old bucket of a row that moved in time
-    return touched
-
-
-def _refuse_unreadable(rows: DataFrame, spec: OfflineTableSettings, table: str) -> None:
-    bad = rows.where(f"{BUCKET} IS NULL")
-    sample = bad.limit(3).collect()
-    if sample:
-        count = bad.count()
-        raise UnreadableTimeError(
-            f"offline.{table}: {count} live row(s) of silver.{spec.realtime} have a "
-            f"{spec.time_column} that cannot be read as {spec.time_format} (e.g. "
-            f"{[r[spec.time_column] for r in sample]}); no bucket can hold them, so nothing "
-            f"was moved. Repair them in silver.{spec.realtime}, or stop them with an "
-            f"expectation such as `{spec.time_column} IS NOT NULL` (action quarantine)"
-        )
 
 
 def _execute(
@@ -314,7 +270,11 @@ def _execute(
     rt_path, off_path = store.realtime_path(settings, spec), store.offline_path(settings, table)
     app_id = f"{JOB}:{table}"
     if plan.replaces_buckets:
-        owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
+        owned = (
+            {_at(b) for b in plan.owned}
+            if plan.owned is not None
+            else audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
+        )
         where = plan.buckets_sql(owned)
         rows = store.realtime_rows(spark, rt_path, plan.realtime_version, spec).where(F.expr(where))
         columns = spark.read.format("delta").load(off_path).columns
@@ -322,6 +282,16 @@ def _execute(
         counts = rows.groupBy(BUCKET).count().collect()
         result.rows = {r[BUCKET].isoformat(): int(r["count"]) for r in counts}
         store.replace_where(rows, off_path, where, app_id, plan.n)
+        if plan.offline_version is not None:
+            result.restored = guard.restore_backfills(
+                spark,
+                off_path,
+                audit.announced_backfills(spark, settings, table),
+                plan.offline_version,
+                (app_id, plan.n),
+                lambda b: plan.replaces(b, owned),
+                spec.bucket_seconds,
+            )
     faults.point("after_offline_commit")
     end = _at(plan.range_end)
     moved = boundary.current(spark, settings, table)

@@ -13,6 +13,7 @@ correction exists nowhere else.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -27,7 +28,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+log = logging.getLogger(__name__)
+
 BUCKET = "__bucket"  # the start of the row's time bucket; the partition column
+_WRITE_ATTEMPTS = 5
 PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
     RESET_ALLOWED: "false",
@@ -102,12 +106,25 @@ def bucket_predicate_sql(starts: Sequence[datetime]) -> str:
     return f"{BUCKET} IN ({listed})"
 
 
-def replace_where(rows: DataFrame, path: str, where: str, app_id: str, version: int) -> None:
+def replace_where(
+    rows: DataFrame, path: str, where: str, app_id: str, version: int, retry: bool = True
+) -> None:
     """Replace the rows of the offline table matching `where` (a predicate on `__bucket` only,
     so Delta resolves it to whole partitions) with `rows`, which must match it too, in one
     commit, idempotent under (`app_id`, `version`). A bucket `where` names without rows is
-    emptied."""
-    tables.write_once(rows, path, app_id, version, mode="overwrite", replace_where=where)
+    emptied.
+
+    A write conflict (a move or a backfill committed to these buckets after this write's
+    snapshot) is retried with the same rows, so the later writer wins: a backfill over a move,
+    or a move over a backfill, which the move then puts back (`guard`)."""
+    for attempt in range(1, _WRITE_ATTEMPTS + 1):
+        try:
+            tables.write_once(rows, path, app_id, version, mode="overwrite", replace_where=where)
+            return
+        except Exception as exc:
+            if not retry or attempt == _WRITE_ATTEMPTS or not tables.is_write_conflict(exc):
+                raise
+            log.info("%s: write conflict on %s, retrying (%d)", app_id, path, attempt)
 
 
 def realtime_rows(

@@ -19,7 +19,8 @@ from lakehouse.core import tables
 from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings, project_root
 from lakehouse.offline import audit, boundary, hybrid, store
-from lakehouse.offline.move import MoveOptions, UnreadableTimeError, realtime_to_offline
+from lakehouse.offline.changes import UnreadableTimeError
+from lakehouse.offline.move import MoveOptions, realtime_to_offline
 from tests.bronze.helpers import run_job
 from tests.offline.helpers import (
     ORDER_COLUMNS,

@@ -1,0 +1,111 @@
+"""A move never undoes a backfill, however the two interleave.
+
+A move decides which buckets a backfill owns (`audit.owned_buckets`) before it writes, and
+Delta's conflict check covers only commits made after the write's own snapshot. A backfill
+that commits between the two is therefore invisible to both: the move's `replaceWhere` would
+replace the backfilled window with realtime rows. The move closes that gap after its commit:
+it finds the backfill commits that landed between the offline version it planned at and its
+own commit (each backfill commit carries a Delta transaction `backfill:<table>:<hash>`/seq,
+announced with its window in `_system/offline_log` before the commit), and puts the rows of the
+buckets it overwrote back as they were just before its commit, in one more commit, before the
+boundary moves. A backfill that commits after the move simply wins (its commit is later).
+
+The commits are read from the offline table's log files directly (`_delta_log/<v>.json`: its
+`txn` actions), a few small files per move, no Spark job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from lakehouse.core import fs, tables
+from lakehouse.offline import buckets
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Txn = tuple[str, int]  # a Delta transaction: (appId, version)
+
+
+@dataclass(frozen=True)
+class Announced:
+    """A backfill's window, announced before its commit."""
+
+    txn: Txn
+    window: tuple[datetime, datetime]
+    offline_version: int  # the offline table's version when announced: the commit is later
+
+
+def txn_commits(spark: SparkSession, path: str, since: int, until: int) -> dict[Txn, int]:
+    """The Delta transactions committed in versions (since, until] of the table at `path`,
+    with the version of each."""
+    log_dir = f"{path.rstrip('/')}/_delta_log"
+    found: dict[Txn, int] = {}
+    for version in range(since + 1, until + 1):
+        name = f"{log_dir}/{version:020d}.json"
+        if not fs.exists(spark, name):
+            continue  # cleaned up after the log retention: long before any live move
+        for line in fs.read_text(spark, name).splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "txn" in action:
+                found[(action["txn"]["appId"], int(action["txn"]["version"]))] = version
+    return found
+
+
+def committed(
+    spark: SparkSession, path: str, announced: list[Announced], until: int
+) -> list[Announced]:
+    """The announced backfills whose commit is in the table's log up to version `until`."""
+    if not announced:
+        return []
+    commits = txn_commits(spark, path, min(a.offline_version for a in announced), until)
+    return [a for a in announced if a.txn in commits]
+
+
+def restore_backfills(
+    spark: SparkSession,
+    path: str,
+    announced: list[Announced],
+    since: int,
+    txn: Txn,
+    replaced: Callable[[datetime], bool],
+    bucket_seconds: int,
+) -> set[datetime]:
+    """After the commit of `txn` (a move planned at offline version `since`): the buckets it
+    replaced that a backfill had committed after `since`, put back as they were just before
+    it, in one commit (idempotent under `<appId>:restore`). Returns those buckets."""
+    from lakehouse.offline import store
+
+    mine = commit_of(spark, path, txn, since)
+    if mine is None:
+        return set()
+    before = txn_commits(spark, path, since, mine - 1)
+    hit = {
+        b
+        for a in announced
+        if a.txn in before
+        for b in buckets.starts(*a.window, bucket_seconds)
+        if replaced(b)
+    }
+    if not hit:
+        return set()
+    later = txn_commits(spark, path, mine, tables.latest_version(spark, path))
+    for a in announced:  # a backfill that committed again since wins: leave its buckets
+        if a.txn in later:
+            hit -= set(buckets.starts(*a.window, bucket_seconds))
+    if hit:
+        rows = spark.read.format("delta").option("versionAsOf", mine - 1).load(path)
+        where = store.bucket_predicate_sql(sorted(hit))
+        # No retry on a write conflict: that is a backfill committing to these buckets right
+        # now, whose rows must win; the move fails and its resume decides again.
+        store.replace_where(rows.where(where), path, where, f"{txn[0]}:restore", txn[1], False)
+    return hit
+
+
+def commit_of(spark: SparkSession, path: str, txn: Txn, since: int) -> int | None:
+    """The version at which `txn` committed, looked for after `since`."""
+    return txn_commits(spark, path, since, tables.latest_version(spark, path)).get(txn)
