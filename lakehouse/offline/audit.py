@@ -1,7 +1,8 @@
 """What the offline layer records: every backfill run (`_system/backfill_log`, one row per run
 with who, where, when, why, the window, the input and its content hash, rows and table versions
 before and after) and every move (`_system/offline_log`, the common audit log: a plan before
-the move's first commit, then the outcome).
+the move's first commit, then the outcome), and each backfill's window announced before its
+commit (also in `_system/offline_log`).
 
 A bucket inside the window of a backfill is *owned* by it: `realtime_to_offline` never moves
 it again; a late realtime change to it is counted (shown by `lakehouse status`) and not
@@ -133,21 +134,18 @@ def owned_buckets(
     spark: SparkSession, settings: Settings, table: str, bucket: int
 ) -> set[datetime]:
     """The bucket starts inside the window of any backfill of `table` that committed: those
-    recorded as applied, and those announced whose commit is in the offline table's log but
-    not yet recorded (a backfill still finishing, or killed after its commit)."""
+    recorded as applied, and those of the run under way (or killed) since the last record that
+    announced their window and whose commit is in the offline table's log (the record comes
+    only at a backfill's end). Once a later run is recorded, an unrecorded run owns nothing
+    (it failed; only the recorded runs are kept), which also bounds the log read to the
+    commits since the current run's announcement."""
     recorded = backfills(spark, settings, table)
     owned: set[datetime] = set()
     windows = recorded.where("status = 'applied'").select("window_from", "window_to")
     for row in windows.distinct().collect():
         owned.update(buckets.starts(row["window_from"], row["window_to"], bucket))
-    done = {
-        (r["seq"], r["content_hash"][:16]) for r in recorded.select("seq", "content_hash").collect()
-    }
-    pending = [
-        a
-        for a in announced_backfills(spark, settings, table)
-        if (a.txn[1], a.txn[0].rsplit(":", 1)[-1]) not in done
-    ]
+    last = recorded.agg({"seq": "max"}).collect()[0][0] or 0
+    pending = [a for a in announced_backfills(spark, settings, table) if a.txn[1] > last]
     path = store.offline_path(settings, table)
     for a in guard.committed(spark, path, pending, tables.latest_version(spark, path)):
         owned.update(buckets.starts(*a.window, bucket))
