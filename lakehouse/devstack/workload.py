@@ -72,6 +72,10 @@ class OrdersWorkload:
         )
         self._next_id = 1
         self._sent: list[Order] = []  # every event, for exact duplicates
+        # Order ids sent, all and those outside the zone (kept as sent: picking from them is
+        # per event, and a rebuild per event grew with the orders).
+        self._ids: list[int] = []
+        self._outside: list[int] = []
 
     def run(self, stop: threading.Event) -> None:
         interval = 1.0 / self.rate
@@ -94,7 +98,7 @@ class OrdersWorkload:
 
     def _next(self) -> Order:
         roll = self.rng.random()
-        known = [i for i in self.model.versions if self.zone_open or not self._in_zone(i)]
+        known = self._ids if self.zone_open else self._outside
         if roll < 0.55 or not known:
             return self._new_order()
         order_id = self.rng.choice(known)
@@ -145,6 +149,10 @@ class OrdersWorkload:
         self.producer.produce(
             self.topic, key=str(order["order_id"]).encode(), value=payload, on_delivery=delivered
         )
+        if order["order_id"] not in self.model.versions:
+            self._ids.append(order["order_id"])
+            if not self.zone[0] <= order["ts"] < self.zone[1]:
+                self._outside.append(order["order_id"])
         self.model.add(order)
         self._sent.append(order)
         self.produced += 1

@@ -31,7 +31,6 @@ CUSTOMER_DDL = (
 )
 GOLD_SCHEMA = "day DATE, customer_id BIGINT, revenue DECIMAL(22,2), orders BIGINT"
 BUCKET = "15m"
-JOB_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
 INTERVAL = "15 seconds"  # every stream; the move and the gold build run every 30 s
 
 
