@@ -30,7 +30,7 @@ from lakehouse.core import faults, tables
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 from lakehouse.core.specs import OfflineTableSettings
-from lakehouse.offline import audit, backfill_input, boundary, buckets, store
+from lakehouse.offline import audit, backfill_input, boundary, buckets, guard, store
 from lakehouse.offline.backfill_input import BackfillRefused, Check
 from lakehouse.offline.store import BUCKET
 
@@ -169,7 +169,7 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
         report.boundary_after = report.boundary_before
         _record(spark, settings, options, report, seq, spec)
         return report
-    app_id = f"{JOB}:{options.table}:{digest[:16]}"
+    app_id = f"{guard.BACKFILL_APP}{options.table}:{digest[:16]}"
     columns = spark.read.format("delta").load(off_path).columns
     version = tables.latest_version(spark, off_path)
     window = (options.start, options.end)

@@ -23,12 +23,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lakehouse.core import fs, tables
-from lakehouse.offline import buckets
+from lakehouse.offline import buckets, store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 Txn = tuple[str, int]  # a Delta transaction: (appId, version)
+# Every backfill commit's appId starts so (`lakehouse.offline.backfill`): a move reads the
+# announcements only when such a commit landed among its own.
+BACKFILL_APP = "backfill:"
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def committed(
 def restore_backfills(
     spark: SparkSession,
     path: str,
-    announced: list[Announced],
+    announced: Callable[[], list[Announced]],
     since: int,
     txn: Txn,
     replaced: Callable[[datetime], bool],
@@ -77,16 +80,19 @@ def restore_backfills(
 ) -> set[datetime]:
     """After the commit of `txn` (a move planned at offline version `since`): the buckets it
     replaced that a backfill had committed after `since`, put back as they were just before
-    it, in one commit (idempotent under `<appId>:restore`). Returns those buckets."""
-    from lakehouse.offline import store
-
+    it, in one commit (idempotent under `<appId>:restore`). Returns those buckets.
+    `announced()` (a read of `_system/offline_log`) is called only when a backfill committed
+    in between: the usual move, alone on the table, reads just its few log files."""
     mine = commit_of(spark, path, txn, since)
     if mine is None:
         return set()
     before = txn_commits(spark, path, since, mine - 1)
+    if not any(app.startswith(BACKFILL_APP) for app, _seq in before):
+        return set()
+    backfills = announced()
     hit = {
         b
-        for a in announced
+        for a in backfills
         if a.txn in before
         for b in buckets.starts(*a.window, bucket_seconds)
         if replaced(b)
@@ -94,7 +100,7 @@ def restore_backfills(
     if not hit:
         return set()
     later = txn_commits(spark, path, mine, tables.latest_version(spark, path))
-    for a in announced:  # a backfill that committed again since wins: leave its buckets
+    for a in backfills:  # a backfill that committed again since wins: leave its buckets
         if a.txn in later:
             hit -= set(buckets.starts(*a.window, bucket_seconds))
     if hit:

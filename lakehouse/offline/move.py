@@ -286,7 +286,7 @@ def _execute(
             result.restored = guard.restore_backfills(
                 spark,
                 off_path,
-                audit.announced_backfills(spark, settings, table),
+                lambda: audit.announced_backfills(spark, settings, table),
                 plan.offline_version,
                 (app_id, plan.n),
                 lambda b: plan.replaces(b, owned),
