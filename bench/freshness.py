@@ -39,10 +39,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the fault test's pipeline configuration lives in tests/
+sys.path.insert(0, str(ROOT))  # the tests' conf overlay and Debezium table fixtures
 
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
@@ -51,10 +50,15 @@ from lakehouse.core import kafka, tables  # noqa: E402
 from lakehouse.core.settings import Settings, load_settings  # noqa: E402
 from lakehouse.core.spark import build_session  # noqa: E402
 from lakehouse.devstack.chaos import Job, Supervisor  # noqa: E402
+from lakehouse.devstack.pg import connect as pg_connect  # noqa: E402
+from lakehouse.devstack.sample_pipeline import (  # noqa: E402
+    CUSTOMER_DDL,
+    Names,
+    pipeline_conf,
+    pipeline_jobs,
+)
 from lakehouse.gold.build import gold_path  # noqa: E402
-from tests.conftest import pg_connect  # noqa: E402
 from tests.jobs.helpers import conf_overlay, overlay_env  # noqa: E402
-from tests.pipeline.helpers import CUSTOMER_DDL, Names, pipeline_conf  # noqa: E402
 from tests.silver.helpers import debezium_table  # noqa: E402
 
 
@@ -122,27 +126,6 @@ class Customers:
                 )
                 self.committed[key] = now_ms()
                 stop.wait(1.0 / self.rate)
-
-
-def jobs_for(names: Names, logs: Path, interval: str, move_every: str) -> list[Job]:
-    refine = ("--trigger-interval", interval)
-    specs = [
-        ("ingest_events", names.orders, ("--source", names.orders)),
-        ("ingest_cdc", names.customers, ("--source", names.customers)),
-        ("refine_silver", names.orders, ("--table", names.orders, *refine)),
-        ("refine_silver", names.customers, ("--table", names.customers, *refine)),
-        ("refine_silver", names.history, ("--table", names.history, *refine)),
-        (
-            "realtime_to_offline",
-            names.offline,
-            ("--table", names.offline, "--interval", move_every),
-        ),
-        ("build_gold", names.gold, ("--table", names.gold)),
-    ]
-    return [
-        Job(f"{script}.{name}", script, args, logs / f"{script}.{name}.log")
-        for script, name, args in specs
-    ]
 
 
 def wait(
@@ -324,13 +307,10 @@ def main() -> None:
         names = Names(uuid.uuid4().hex[:8])
         topic = f"fresh-{names.tag}"
         kafka.ensure_topic(base.kafka, topic, partitions=2)
-        conf_dict: dict[str, Any] = pipeline_conf(names, topic, table.topic)
-        for source in conf_dict["sources"].values():
-            source["trigger_interval"] = args.interval
-        conf_dict["gold"][names.gold]["trigger_interval"] = args.gold_interval
+        conf_dict = pipeline_conf(names, topic, table.topic, args.interval, args.gold_interval)
         conf = conf_overlay(work, conf_dict)
         settings = load_settings("test", conf, {"storage.root": str(work / "lake")})
-        jobs = jobs_for(names, work / "logs", args.interval, args.move_interval)
+        jobs = pipeline_jobs(names, work / "logs", args.interval, args.move_interval)
         supervisor = Supervisor(
             [jobs[0], jobs[2]] if args.orders_only else jobs[:4] if args.lean else jobs,
             overlay_env(settings, conf),

@@ -1,14 +1,11 @@
-"""The fault test's pipeline: its configuration (a copy of the sample pipeline over its own
-topic, PostgreSQL table and tables), its jobs, its faults and its checks against the
-workloads' models."""
+"""The fault test's checks against the workloads' models (the pipeline it runs, its
+configuration and jobs, is `lakehouse.devstack.sample_pipeline`)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from chispa import assert_df_equality
@@ -18,122 +15,9 @@ from pyspark.sql import functions as F
 from lakehouse.core import kafka
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
-from lakehouse.devstack.chaos import Job
 from lakehouse.devstack.workload import Order
 
-ORDER_SCHEMA = (
-    "order_id BIGINT, customer_id BIGINT, order_status STRING, amount DECIMAL(12,2), ts BIGINT"
-)
-CUSTOMER_SCHEMA = "customer_id INT, name STRING, email STRING, country STRING, updated_at TIMESTAMP"
-CUSTOMER_DDL = (
-    "CREATE TABLE public.{table} (customer_id int PRIMARY KEY, name text, email text, "
-    "country text, updated_at timestamp)"
-)
 GOLD_SCHEMA = "day DATE, customer_id BIGINT, revenue DECIMAL(22,2), orders BIGINT"
-BUCKET = "15m"
-INTERVAL = "15 seconds"  # every stream; the move and the gold build run every 30 s
-
-
-@dataclass(frozen=True)
-class Names:
-    """The sources and tables of one run (a tag keeps them apart from every other test's)."""
-
-    tag: str
-
-    @property
-    def orders(self) -> str:  # the events source and its silver table
-        return f"fo_{self.tag}"
-
-    @property
-    def customers(self) -> str:  # the CDC source and its SCD1 table
-        return f"fc_{self.tag}"
-
-    @property
-    def history(self) -> str:
-        return f"fch_{self.tag}"
-
-    @property
-    def offline(self) -> str:
-        return f"foff_{self.tag}"
-
-    @property
-    def hybrid(self) -> str:
-        return f"fo_{self.tag}_hybrid"
-
-    @property
-    def gold(self) -> str:
-        return f"fg_{self.tag}"
-
-
-def pipeline_conf(names: Names, orders_topic: str, cdc_topic: str) -> dict[str, object]:
-    """The sample pipeline (conf/base) for this run's topic and PostgreSQL table."""
-    customers = {"schema": CUSTOMER_SCHEMA, "keys": ["customer_id"]}
-    return {
-        "sources": {
-            names.orders: {
-                "kind": "events",
-                "topics": [orders_topic],
-                "trigger_interval": INTERVAL,
-            },
-            names.customers: {"kind": "cdc", "topics": [cdc_topic], "trigger_interval": INTERVAL},
-        },
-        "silver": {
-            names.orders: {
-                "source": names.orders,
-                "mode": "upsert",
-                "schema": ORDER_SCHEMA,
-                "keys": ["order_id"],
-                "sequence_by": "ts",
-                "schema_drift": "rescue",
-                "expectations": [
-                    {"name": "amount_not_negative", "sql": "amount >= 0", "action": "quarantine"}
-                ],
-            },
-            names.customers: {"source": names.customers, "mode": "scd1", **customers},
-            names.history: {
-                "source": names.customers,
-                "mode": "scd2",
-                "track_columns": ["name", "email", "country"],
-                **customers,
-            },
-        },
-        "offline": {
-            names.offline: {
-                "realtime": names.orders,
-                "time_column": "ts",
-                "time_format": "epoch_ms",
-                "bucket": BUCKET,
-                "buffer": "1m",
-                "hybrid_view": names.hybrid,
-            }
-        },
-        "gold": {
-            names.gold: {
-                "source": names.hybrid,
-                "group_by": {"day": "to_date(timestamp_millis(ts))", "customer_id": "customer_id"},
-                "aggregates": {"revenue": "sum(amount)", "orders": "count(*)"},
-                "trigger_interval": "30s",
-            }
-        },
-    }
-
-
-def pipeline_jobs(names: Names, logs: Path) -> list[Job]:
-    """Every job of the pipeline, as `lakehouse pipeline` plans them, each continuous."""
-    refine = ("--trigger-interval", INTERVAL)
-    specs = [
-        ("ingest_events", names.orders, ("--source", names.orders)),
-        ("ingest_cdc", names.customers, ("--source", names.customers)),
-        ("refine_silver", names.orders, ("--table", names.orders, *refine)),
-        ("refine_silver", names.customers, ("--table", names.customers, *refine)),
-        ("refine_silver", names.history, ("--table", names.history, *refine)),
-        ("realtime_to_offline", names.offline, ("--table", names.offline, "--interval", "30s")),
-        ("build_gold", names.gold, ("--table", names.gold)),
-    ]
-    return [
-        Job(f"{script}.{name}", script, args, logs / f"{script}.{name}.log")
-        for script, name, args in specs
-    ]
 
 
 def day(ts_ms: int) -> date:

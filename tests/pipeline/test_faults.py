@@ -30,6 +30,14 @@ from lakehouse.core.settings import Settings, load_settings
 from lakehouse.devstack.chaos import Action, Job, Supervisor, chaos
 from lakehouse.devstack.connect import start_connect, stop_connect
 from lakehouse.devstack.kafka import start_kafka, stop_kafka
+from lakehouse.devstack.sample_pipeline import (
+    CUSTOMER_DDL,
+    CUSTOMER_SCHEMA,
+    ORDER_SCHEMA,
+    Names,
+    pipeline_conf,
+    pipeline_jobs,
+)
 from lakehouse.devstack.workload import CustomersWorkload, OrdersWorkload, now_ms
 from lakehouse.gold.build import GoldOptions, build_gold, gold_path
 from lakehouse.offline import hybrid
@@ -43,17 +51,11 @@ from lakehouse.status import bronze_summary, gold_summary, silver_summary
 from tests.conftest import pg_connect
 from tests.jobs.helpers import conf_overlay, overlay_env
 from tests.pipeline.helpers import (
-    CUSTOMER_DDL,
-    CUSTOMER_SCHEMA,
     GOLD_SCHEMA,
-    ORDER_SCHEMA,
-    Names,
     current,
     exactly_once,
     gold_model,
     order_tuples,
-    pipeline_conf,
-    pipeline_jobs,
     same_rows,
     wait_for,
 )
