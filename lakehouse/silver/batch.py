@@ -6,8 +6,9 @@ commits nothing twice. A `fail` rule or a `fail` drift policy stops before any c
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
@@ -44,11 +45,36 @@ class BatchStats(BatchCounts):
     snapshot_reads: int
     # Per declared column with values that did not decode into its type: how many.
     undecoded: dict[str, int] = field(default_factory=dict)
+    # Where the batch's time went: (phase, seconds) in order (`refine_batch`).
+    phases: tuple[tuple[str, float], ...] = ()
+
+    def timing(self) -> str:
+        """`2.31 s: check 0.20, silver 1.15, metrics 0.59` (empty before the batch ran)."""
+        if not self.phases:
+            return ""
+        parts = ", ".join(f"{name} {seconds:.2f}" for name, seconds in self.phases)
+        return f"{sum(s for _n, s in self.phases):.2f} s: {parts}"
+
+
+class _Clock:
+    """Seconds per phase of a batch, each phase from the end of the one before."""
+
+    def __init__(self) -> None:
+        self.phases: list[tuple[str, float]] = []
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases.append((name, now - self.last))
+        self.last = now
 
 
 def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
-    """Refine one micro-batch of bronze's change feed into silver; returns its figures."""
+    """Refine one micro-batch of bronze's change feed into silver; returns its figures and
+    where its time went: `check` (reading the feed, parsing, TOAST and tombstones, every rule,
+    the batch's one aggregation), `silver` (the write or MERGE), `quarantine`, `metrics`."""
     spark = batch.sparkSession
+    clock = _Clock()
     records = transform(batch, plan.table, plan.kind, plan.schema)
     if plan.kind == "cdc":
         columns = toast.toast_columns(records, plan.table.keys)
@@ -64,14 +90,17 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             evaluated.unpersist()
             return refine_batch(batch, batch_id, plan)  # parsed again with the new columns
         check_fail_rules(evaluated.drop(*silver.TRANSIENT), plan.expectations, stats.per_rule)
+        clock.lap("check")
         kept_rows = kept(evaluated, plan.expectations)
         write_silver(spark, plan, kept_rows, stats, batch_id)
+        clock.lap("silver")
         faults.point("after_silver_commit")
         if stats.quarantined:
             rejected = silver.quarantine_rows(
                 quarantined(evaluated, plan.expectations), plan.name, plan.run_id, batch_id
             )
             tables.append_once(rejected, plan.quarantine_path, plan.app_id, batch_id)
+            clock.lap("quarantine")
         faults.point("after_quarantine_commit")
         actions = {e.name: e.action for e in plan.expectations}
         metrics = metrics_rows(
@@ -85,10 +114,11 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             "rescue" if plan.kind == "events" else "quarantine",
         )
         tables.append_once(metrics, plan.metrics_path, plan.app_id, batch_id)
+        clock.lap("metrics")
         faults.point("after_metrics_commit")  # the checkpoint's commit of the batch comes next
     finally:
         evaluated.unpersist()
-    return stats
+    return replace(stats, phases=tuple(clock.phases))
 
 
 def _drift(

@@ -105,13 +105,14 @@ class RefineResult:
         failing = ", ".join(f"{r}={n}" for r, (_p, n) in sorted(stats.per_rule.items()) if n)
         self.details[batch_id] = (
             f", {stats.written} written, {stats.dropped} dropped, {stats.quarantined} "
-            f"quarantined{' (failed: ' + failing + ')' if failing else ''}"
+            f"quarantined{' (failed: ' + failing + ')' if failing else ''}; {stats.timing()}"
         )
         while len(self.details) > _DETAILS_KEPT:
             del self.details[next(iter(self.details))]
 
     def detail(self, batch_id: int) -> str:
-        """`, W written, D dropped, Q quarantined` (and the failing rules) of a batch."""
+        """`, W written, D dropped, Q quarantined` (and the failing rules) of a batch, and
+        where its time went (`BatchStats.timing`)."""
         return self.details.pop(batch_id, "")
 
 

@@ -198,7 +198,7 @@ def test_a_delta_table_written_by_a_newer_delta_ends_the_job_with_one_line(
     assert "Traceback" not in done.stderr
 
 
-def test_refine_prints_a_line_per_batch_with_what_it_did_its_rate_and_how_far_behind(
+def test_refine_prints_a_line_per_batch_with_what_it_did_where_its_time_went_its_rate_and_lag(
     kafka_up: Settings, tmp_path: Path
 ) -> None:
     source, topic, settings = new_source(kafka_up)
@@ -226,12 +226,15 @@ def test_refine_prints_a_line_per_batch_with_what_it_did_its_rate_and_how_far_be
     assert done.returncode == 0, done.stderr[-3000:]
     pattern = (
         rf"{TIME} INFO lakehouse.core.streaming: refine_silver_{name} batch (\d+): "
-        r"(\d+) rows in, (.*), \d+ rows/s, (.*)"
+        r"(\d+) rows in, (.*); \d+\.\d\d s: (.*), \d+ rows/s, (.*)"
     )
     lines = [line for line in done.stderr.splitlines() if not line.startswith("WARNING: Using")]
     batches = [re.fullmatch(pattern, line) for line in lines]
     assert all(batches), lines  # nothing else
-    assert [m.groups() for m in batches if m] == [
+    # Where each batch's time went: its phases in order, each with its seconds.
+    phases = [re.sub(r" \d+\.\d\d(,|$)", r"\1", m.group(4)) for m in batches if m]
+    assert phases == ["check, silver, quarantine, metrics", "check, silver, metrics"]
+    assert [m.group(1, 2, 3, 5) for m in batches if m] == [
         # Bronze: v0 created it, v1 and v2 are the ingest's two batches.
         (
             "0",
