@@ -3,7 +3,10 @@
 A move decides which buckets a backfill owns (`audit.owned_buckets`) before it writes, and
 Delta's conflict check covers only commits made after the write's own snapshot. A backfill
 that commits between the two is therefore invisible to both: the move's `replaceWhere` would
-replace the backfilled window with realtime rows. The move closes that gap after its commit:
+replace the backfilled window with realtime rows. Right before it writes, the move therefore
+looks again (`backfilled_since`) and leaves out the window of any backfill committed since its
+plan, so readers never see that window's realtime rows again. A backfill that commits between
+that look and the move's write is the one case left; the move closes it after its commit:
 it finds the backfill commits that landed between the offline version it planned at and its
 own commit (each backfill commit carries a Delta transaction `backfill:<table>:<hash>`/seq,
 announced with its window in `_system/offline_log` before the commit), and puts the rows of the
@@ -67,6 +70,27 @@ def committed(
         return []
     commits = txn_commits(spark, path, min(a.offline_version for a in announced), until)
     return [a for a in announced if a.txn in commits]
+
+
+def backfilled_since(
+    spark: SparkSession,
+    path: str,
+    since: int,
+    announced: Callable[[], list[Announced]],
+    bucket_seconds: int,
+) -> set[datetime]:
+    """The buckets of the backfills that committed after offline version `since` (a move's
+    plan): its write leaves them out. `announced()` is called only when the log holds a
+    backfill commit since."""
+    commits = txn_commits(spark, path, since, tables.latest_version(spark, path))
+    if not any(app.startswith(BACKFILL_APP) for app, _seq in commits):
+        return set()
+    return {
+        b
+        for a in announced()
+        if a.txn in commits
+        for b in buckets.starts(*a.window, bucket_seconds)
+    }
 
 
 def restore_backfills(

@@ -25,6 +25,7 @@ import argparse
 import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import current, faults, tables
@@ -275,6 +276,11 @@ def _execute(
             if plan.owned is not None
             else audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
         )
+        announced = partial(audit.announced_backfills, spark, settings, table)
+        if plan.offline_version is not None:  # a backfill committed since the plan wins
+            owned |= guard.backfilled_since(
+                spark, off_path, plan.offline_version, announced, spec.bucket_seconds
+            )
         where = plan.buckets_sql(owned)
         rows = store.realtime_rows(spark, rt_path, plan.realtime_version, spec).where(F.expr(where))
         columns = spark.read.format("delta").load(off_path).columns
@@ -286,7 +292,7 @@ def _execute(
             result.restored = guard.restore_backfills(
                 spark,
                 off_path,
-                lambda: audit.announced_backfills(spark, settings, table),
+                announced,
                 plan.offline_version,
                 (app_id, plan.n),
                 lambda b: plan.replaces(b, owned),

@@ -2,8 +2,9 @@
 in which their steps interleave, the backfilled window holds the backfill's rows afterwards,
 every other bucket the realtime table's, and the hybrid view shows exactly that.
 
-The interleavings are forced in one process: the backfill runs to completion at the moment the
-move is about to write, after the move decided which buckets a backfill owns. (The continuous
+The interleavings are forced in one process: the backfill runs to completion after the move
+decided which buckets a backfill owns, either before the move looks again right before its
+write or at the moment it writes. (The continuous
 pipeline's fault test found this race with real jobs; timing cannot hit it reliably.)"""
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
+from lakehouse.core import tables
 from lakehouse.core.settings import Settings
 from lakehouse.offline import audit, boundary, hybrid, store
 from lakehouse.offline import backfill as backfill_module
+from lakehouse.offline import move as move_module
 from lakehouse.offline.backfill import BackfillOptions, backfill
 from lakehouse.offline.move import MoveOptions, realtime_to_offline
 from tests.offline.helpers import T0, Order, frame, offline_rows, offline_setup, order, upsert
@@ -31,6 +34,7 @@ WINDOW = (T0 + 2 * H, T0 + 4 * H)
 FIXED = [order(1, T0 + 2.5 * H, "12.34"), order(10, T0 + 3 * H, "5.00")]
 
 Orders = list[Order]
+COLUMNS = ["order_id", "customer_id", "order_status", "amount", "ts", "_rescued_data"]
 
 
 def backfill_when_the_move_writes(
@@ -54,16 +58,19 @@ def backfill_when_the_move_writes(
     return writes
 
 
+def epoch_ms(at: datetime) -> int:
+    return int((at - datetime(1970, 1, 1)).total_seconds() * 1000)
+
+
 def expected(orders: Orders) -> Orders:
     """The realtime rows, with the window's replaced by the backfill's."""
-    start, end = (int((w - datetime(1970, 1, 1)).total_seconds() * 1000) for w in WINDOW)
+    start, end = (epoch_ms(w) for w in WINDOW)
     return [o for o in orders if not start <= o[4] < end] + FIXED
 
 
 def check_offline(spark: SparkSession, settings: Settings, offline: str, rows: Orders) -> None:
-    columns = ["order_id", "customer_id", "order_status", "amount", "ts", "_rescued_data"]
     assert_df_equality(
-        offline_rows(spark, settings, offline).select(*columns),
+        offline_rows(spark, settings, offline).select(*COLUMNS),
         frame(spark, rows),
         ignore_row_order=True,
     )
@@ -133,6 +140,48 @@ def test_a_late_change_moved_again_while_a_backfill_replaces_its_bucket_leaves_t
     assert writes[0] == "backfill, forced in"
     assert result.restored == {WINDOW[0]}
     check(spark, settings, offline, expected([orders[0], late, *orders[2:]]))
+
+
+def test_a_backfill_committed_between_the_moves_plan_and_its_write_is_left_out_of_the_write(
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The move looks again right before it writes: no offline version after the backfill's
+    commit ever holds the window's realtime rows (no restore needed)."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    run_backfill = start_backfill(spark, settings, offline, tmp_path)
+    real_execute = move_module._execute
+    path = store.offline_path(settings, offline)
+    backfilled: list[int] = []  # the offline version right after the backfill
+
+    def planned_then_backfilled(*args: Any) -> None:
+        run_backfill()  # the plan is recorded; the move has not written yet
+        backfilled.append(tables.latest_version(spark, path))
+        real_execute(*args)
+
+    monkeypatch.setattr(move_module, "_execute", planned_then_backfilled)
+    writes: list[str] = []
+    real_write = store.replace_where
+
+    def tracked(rows: DataFrame, path: str, where: str, app_id: str, *more: Any) -> None:
+        writes.append(app_id.split(":")[0] + (":restore" if app_id.endswith(":restore") else ""))
+        real_write(rows, path, where, app_id, *more)
+
+    monkeypatch.setattr(store, "replace_where", tracked)
+
+    result = realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+
+    assert writes == ["backfill", "realtime_to_offline"]
+    assert result.restored == set()
+    start, end = (epoch_ms(w) for w in WINDOW)
+    versions = range(backfilled[0], tables.latest_version(spark, path) + 1)
+    assert len(versions) == 2  # the backfill's commit and the move's
+    for version in versions:
+        rows = spark.read.format("delta").option("versionAsOf", version).load(path)
+        in_window = rows.where(f"ts >= {start} AND ts < {end}").select(*COLUMNS)
+        assert_df_equality(in_window, frame(spark, FIXED), ignore_row_order=True)
+    check(spark, settings, offline, expected(orders))
 
 
 class Killed(Exception):
