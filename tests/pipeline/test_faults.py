@@ -24,7 +24,6 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.bronze.ingest import IngestOptions, ingest
-from lakehouse.connectors.debezium import register_postgres_connector
 from lakehouse.core import kafka, tables
 from lakehouse.core.settings import Settings, load_settings
 from lakehouse.devstack.chaos import Action, Job, Supervisor, chaos
@@ -116,18 +115,9 @@ def test_the_pipeline_under_kills_outages_and_a_backfill_loses_and_doubles_nothi
             outage.append(supervisor.elapsed())
 
         def restart_connect() -> None:
-            # A standalone worker forgets its connectors: registered again, as an operator
-            # would; Debezium resumes from the offsets it flushed and re-sends the rest.
             stop_connect(settings)
             start_connect(settings)
-            register_postgres_connector(
-                settings,
-                pg.connector,
-                pg.prefix,
-                [f"public.{pg.table}"],
-                schemas_enable=False,
-                unwrap=False,
-            )
+            pg.register_again(settings)  # a standalone worker forgets its connectors
 
         def close_zone() -> None:
             orders.zone_open = False

@@ -94,6 +94,21 @@ class DebeziumTable:
     connector: str  # the Debezium connector's name
     prefix: str  # its topic prefix
 
+    def register_again(self, settings: Settings) -> None:
+        """Register the connector again (schemas off, no unwrap), as an operator does after a
+        standalone worker restarted and forgot it: Debezium resumes from the offsets it
+        flushed and re-sends the rest."""
+        from lakehouse.connectors.debezium import register_postgres_connector
+
+        register_postgres_connector(
+            settings,
+            self.connector,
+            self.prefix,
+            [f"public.{self.table}"],
+            schemas_enable=False,
+            unwrap=False,
+        )
+
 
 @contextmanager
 def debezium_table(

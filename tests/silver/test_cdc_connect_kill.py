@@ -12,7 +12,6 @@ import time
 
 from pyspark.sql import SparkSession
 
-from lakehouse.connectors.debezium import register_postgres_connector
 from lakehouse.core.settings import Settings
 from lakehouse.devstack.connect import start_connect
 from lakehouse.devstack.processes import pid_alive, state_paths
@@ -78,14 +77,7 @@ def test_connect_killed_mid_stream_resends_and_silver_stays_one_clean_run(
                 kill_connect()
             finally:
                 start_connect(settings)
-            register_postgres_connector(
-                settings,
-                pg.connector,
-                pg.prefix,
-                [f"public.{pg.table}"],
-                schemas_enable=False,
-                unwrap=False,
-            )
+            pg.register_again(settings)
             # A change after the restart: once it is in Kafka, so is everything re-sent before it.
             after: Round = ([f"INSERT INTO {{t}} VALUES ({10 + attempts}, 'n{attempts}')"], 1)
             produced = rounds_equal_postgres(
