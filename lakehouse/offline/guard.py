@@ -5,8 +5,9 @@ Delta's conflict check covers only commits made after the write's own snapshot. 
 that commits between the two is therefore invisible to both: the move's `replaceWhere` would
 replace the backfilled window with realtime rows. Right before it writes, the move therefore
 looks again (`backfilled_since`) and leaves out the window of any backfill committed since its
-plan, so readers never see that window's realtime rows again. A backfill that commits between
-that look and the move's write is the one case left; the move closes it after its commit:
+plan, so readers never see that window's realtime rows again (a resume after the write does
+not look: it cannot tell what the look saw). A backfill that commits between that look and the
+move's write is the one case left; the move closes it after its commit:
 it finds the backfill commits that landed between the offline version it planned at and its
 own commit (each backfill commit carries a Delta transaction `backfill:<table>:<hash>`/seq,
 announced with its window in `_system/offline_log` before the commit), and puts the rows of the

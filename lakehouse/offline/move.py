@@ -277,7 +277,15 @@ def _execute(
             else audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
         )
         announced = partial(audit.announced_backfills, spark, settings, table)
-        if plan.offline_version is not None:  # a backfill committed since the plan wins
+        txn = (app_id, plan.n)
+        # A backfill committed since the plan wins: the write leaves its window out. Only
+        # while the write is to come: a resume after it cannot tell which backfills that look
+        # saw, so the restore below puts back every backfill committed before the write (a
+        # window the write had left out is rewritten as it was: same rows, one more commit).
+        if (
+            plan.offline_version is not None
+            and guard.commit_of(spark, off_path, txn, plan.offline_version) is None
+        ):
             owned |= guard.backfilled_since(
                 spark, off_path, plan.offline_version, announced, spec.bucket_seconds
             )
@@ -294,7 +302,7 @@ def _execute(
                 off_path,
                 announced,
                 plan.offline_version,
-                (app_id, plan.n),
+                txn,
                 lambda b: plan.replaces(b, owned),
                 spec.bucket_seconds,
             )

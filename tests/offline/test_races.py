@@ -18,7 +18,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse.core import tables
+from lakehouse.core import faults, tables
 from lakehouse.core.settings import Settings
 from lakehouse.offline import audit, boundary, hybrid, store
 from lakehouse.offline import backfill as backfill_module
@@ -190,6 +190,74 @@ class Killed(Exception):
 
 def kill(*_: Any) -> None:
     raise Killed
+
+
+def test_a_move_killed_between_its_commit_and_the_restore_puts_the_backfill_back_on_resume(
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill commits while the move writes; the move dies right after its own commit,
+    before the restore: its resume still puts the backfill back (the backfill is now older
+    than the move's look before writing, which must not count it as left out)."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    writes = backfill_when_the_move_writes(
+        monkeypatch, start_backfill(spark, settings, offline, tmp_path)
+    )
+    forced = store.replace_where
+
+    def killed_at_restore(rows: DataFrame, path: str, where: str, app_id: str, *more: Any) -> None:
+        if app_id.endswith(":restore"):
+            raise Killed
+        forced(rows, path, where, app_id, *more)
+
+    monkeypatch.setattr(store, "replace_where", killed_at_restore)
+    with pytest.raises(Killed):
+        realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+    assert writes[0] == "backfill, forced in"
+    monkeypatch.undo()
+
+    result = realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+
+    assert result.resumed
+    assert result.restored == {WINDOW[0]}
+    check(spark, settings, offline, expected(orders))
+
+
+def test_a_move_that_left_a_backfill_out_and_was_killed_after_its_commit_keeps_it_on_resume(
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill commits between the move's plan and its write, the write leaves the window
+    out, the move dies right after its commit: the resume cannot tell that the window was left
+    out, rewrites it as it was just before the move's commit, and the backfill's rows stay."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    run_backfill = start_backfill(spark, settings, offline, tmp_path)
+    real_execute = move_module._execute
+    backfilled: list[bool] = []
+
+    def planned_then_backfilled(*args: Any) -> None:
+        run_backfill()
+        backfilled.append(True)
+        real_execute(*args)
+
+    def die_after_commit(name: str) -> None:
+        if name == "after_offline_commit" and backfilled:  # the move's, not the backfill's
+            raise Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(move_module, "_execute", planned_then_backfilled)
+        patch.setattr(faults, "point", die_after_commit)
+        with pytest.raises(Killed):
+            realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+    check_offline(spark, settings, offline, expected(orders))
+
+    result = realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+
+    assert result.resumed
+    assert result.restored == {WINDOW[0]}  # rewritten with the rows it already held
+    check(spark, settings, offline, expected(orders))
 
 
 def test_a_backfill_stopped_before_its_commit_owns_nothing_and_one_stopped_after_owns_its_window(
