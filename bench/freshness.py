@@ -57,6 +57,7 @@ from lakehouse.devstack.sample_pipeline import (  # noqa: E402
     pipeline_conf,
     pipeline_jobs,
 )
+from lakehouse.devstack.workload import now_ms  # noqa: E402
 from lakehouse.gold.build import gold_path  # noqa: E402
 from tests.jobs.helpers import conf_overlay, overlay_env  # noqa: E402
 from tests.silver.helpers import debezium_table  # noqa: E402
@@ -69,10 +70,6 @@ class Step:
     last_id: int = 0
     began: float = 0.0
     ended: float = 0.0
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Orders:
@@ -138,6 +135,13 @@ def wait(
         if time.monotonic() > deadline:
             raise TimeoutError(what)
         time.sleep(3.0)
+
+
+def stages(jobs: Sequence[Job]) -> list[list[Job]]:
+    """The jobs in the order a scheduler starts them: ingest, then refine, then the rest."""
+    ingest = [j for j in jobs if j.script.startswith("ingest")]
+    refine = [j for j in jobs if j.script == "refine_silver"]
+    return [ingest, refine, [j for j in jobs if j not in ingest and j not in refine]]
 
 
 def creates(settings: Settings, job: Job) -> list[str]:
@@ -325,13 +329,13 @@ def main() -> None:
         try:
             orders.run(5.0, 2.0)  # the first orders: the jobs' tables come from them
             writer.start()
-            for stage in ("ingest", "refine_silver", ""):  # as a scheduler starts them
-                jobs = [j for j in supervisor.jobs if j.script.startswith(stage)]
-                jobs = [j for j in jobs if j.starts == 0]
-                for job in jobs:
-                    supervisor.start(job)
-                ready = [p for j in jobs for p in creates(settings, j)]
-                wait(supervisor, f"{ready}", exist(spark, ready))
+            supervisor.start_stages(
+                [
+                    (jobs, exist(spark, [p for j in jobs for p in creates(settings, j)]))
+                    for jobs in stages(supervisor.jobs)
+                ],
+                timeout_s=600,
+            )
             print(f"pipeline started in {supervisor.elapsed():.0f} s", flush=True)
             steps: list[Step] = []
             for rate in rates:
