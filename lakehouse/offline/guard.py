@@ -4,7 +4,7 @@ A move decides which buckets a backfill owns (`audit.owned_buckets`) before it w
 Delta's conflict check covers only commits made after the write's own snapshot. A backfill
 that commits between the two is therefore invisible to both: the move's `replaceWhere` would
 replace the backfilled window with realtime rows. Right before it writes, the move therefore
-looks again (`backfilled_since`) and leaves out the window of any backfill committed since its
+looks again (`backfilled_in`) and leaves out the window of any backfill committed since its
 plan, so readers never see that window's realtime rows again (a resume after the write does
 not look: it cannot tell what the look saw). A backfill that commits between that look and the
 move's write is the one case left; the move closes it after its commit:
@@ -73,17 +73,19 @@ def committed(
     return [a for a in announced if a.txn in commits]
 
 
-def backfilled_since(
-    spark: SparkSession,
-    path: str,
-    since: int,
+def commits_since(spark: SparkSession, path: str, version: int) -> dict[Txn, int]:
+    """The transactions committed after `version` (a move's plan) up to the latest: read once
+    before the write (`backfilled_in`) and once after it (`restore_backfills`)."""
+    return txn_commits(spark, path, version, tables.latest_version(spark, path))
+
+
+def backfilled_in(
+    commits: dict[Txn, int],
     announced: Callable[[], list[Announced]],
     bucket_seconds: int,
 ) -> set[datetime]:
-    """The buckets of the backfills that committed after offline version `since` (a move's
-    plan): its write leaves them out. `announced()` is called only when the log holds a
-    backfill commit since."""
-    commits = txn_commits(spark, path, since, tables.latest_version(spark, path))
+    """The buckets of the backfills among `commits` (those since a move's plan): its write
+    leaves them out. `announced()` is called only when a backfill commit is among them."""
     if not any(app.startswith(BACKFILL_APP) for app, _seq in commits):
         return set()
     return {
@@ -108,10 +110,11 @@ def restore_backfills(
     it, in one commit (idempotent under `<appId>:restore`). Returns those buckets.
     `announced()` (a read of `_system/offline_log`) is called only when a backfill committed
     in between: the usual move, alone on the table, reads just its few log files."""
-    mine = commit_of(spark, path, txn, since)
+    commits = commits_since(spark, path, since)
+    mine = commits.get(txn)
     if mine is None:
         return set()
-    before = txn_commits(spark, path, since, mine - 1)
+    before = {t for t, v in commits.items() if v < mine}
     if not any(app.startswith(BACKFILL_APP) for app, _seq in before):
         return set()
     backfills = announced()
@@ -124,7 +127,7 @@ def restore_backfills(
     }
     if not hit:
         return set()
-    later = txn_commits(spark, path, mine, tables.latest_version(spark, path))
+    later = {t for t, v in commits.items() if v > mine}
     for a in backfills:  # a backfill that committed again since wins: leave its buckets
         if a.txn in later:
             hit -= set(buckets.starts(*a.window, bucket_seconds))
@@ -135,8 +138,3 @@ def restore_backfills(
         # now, whose rows must win; the move fails and its resume decides again.
         store.replace_where(rows.where(where), path, where, f"{txn[0]}:restore", txn[1], False)
     return hit
-
-
-def commit_of(spark: SparkSession, path: str, txn: Txn, since: int) -> int | None:
-    """The version at which `txn` committed, looked for after `since`."""
-    return txn_commits(spark, path, since, tables.latest_version(spark, path)).get(txn)

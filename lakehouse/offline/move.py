@@ -282,13 +282,10 @@ def _execute(
         # while the write is to come: a resume after it cannot tell which backfills that look
         # saw, so the restore below puts back every backfill committed before the write (a
         # window the write had left out is rewritten as it was: same rows, one more commit).
-        if (
-            plan.offline_version is not None
-            and guard.commit_of(spark, off_path, txn, plan.offline_version) is None
-        ):
-            owned |= guard.backfilled_since(
-                spark, off_path, plan.offline_version, announced, spec.bucket_seconds
-            )
+        if plan.offline_version is not None:
+            commits = guard.commits_since(spark, off_path, plan.offline_version)
+            if txn not in commits:
+                owned |= guard.backfilled_in(commits, announced, spec.bucket_seconds)
         where = plan.buckets_sql(owned)
         rows = store.realtime_rows(spark, rt_path, plan.realtime_version, spec).where(F.expr(where))
         columns = spark.read.format("delta").load(off_path).columns
