@@ -127,7 +127,10 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
             t = F.when(t.startswith("{"), _variable_scale(t)).otherwise(
                 _unscaled_text(t, F.lit(data_type.scale))
             )
-        return decimal_text(t, data_type)
+            return decimal_text(t, data_type)
+        # A field's trimmed text is small: repeated, it costs less than `let`'s interpreted
+        # lambda on every row (bench/README, silver throughput).
+        return _decimal_of(t, data_type)
     if kind == "date":
         iso = F.when(t.rlike(_ISO_DATE), t.try_cast("date"))
         if encoding == "epoch_days":
@@ -290,12 +293,18 @@ def _clock(micros: Column) -> Column:
 
 
 def decoded_columns(
-    raw: Column, parsed: Column, struct: StructType, encodings: Mapping[str, str]
+    raw: Column,
+    parsed: Column,
+    struct: StructType,
+    encodings: Mapping[str, str],
+    texts: Mapping[str, Column] | None = None,
 ) -> list[Column]:
-    """Each top-level field decoded, aliased to its name."""
+    """Each top-level field decoded, aliased to its name; its text from `raw`, or from
+    `texts` where given (the exact digits of a JSON number)."""
     values = []
     for f in struct.fields:
-        value = decode(raw[f.name], f.dataType, encodings.get(f.name, ""))
+        text = (texts or {}).get(f.name, raw[f.name])
+        value = decode(text, f.dataType, encodings.get(f.name, ""))
         values.append((parsed[f.name] if value is None else value).alias(f.name))
     return values
 
@@ -309,7 +318,8 @@ def mistyped_names(raw: Column, struct: StructType) -> Column:
         F.when(raw[f.name].isNotNull() & F.col(f"`{f.name}`").isNull(), F.lit(f.name))
         for f in struct.fields
     ]
-    return F.filter(F.array(*mistyped), lambda c: c.isNotNull()) if mistyped else F.array()
+    # `array_compact`, not a `filter` lambda: higher-order functions run interpreted.
+    return F.array_compact(F.array(*mistyped)) if mistyped else F.array()
 
 
 def resolve_encodings(

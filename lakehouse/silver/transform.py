@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from lakehouse.bronze.transform import CDC_KEY, CDC_LSN, CDC_OP, CDC_SOURCE_TS_MS, TOMBSTONE
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.quality.expectations import FAILED, MASK, Expectation, evaluate, mask_columns
-from lakehouse.silver import decode
+from lakehouse.silver import decode, exact_digits
 from lakehouse.silver.changes import DELETE, OP, SEQ, TRUNCATE, TS, UPSERT_OPS
 
 if TYPE_CHECKING:
@@ -127,13 +127,19 @@ def parse_records(
     parsed = F.from_json(text, schema.struct)
     # The same text as a map keeps every field (nested values as their JSON text), so fields
     # the schema drops or fails to cast are still there to rescue: one more parse, no UDF.
-    raw = _exact_numbers(F.from_json(text, "map<string,string>"), text, schema)
+    raw = F.from_json(text, "map<string,string>")
+    exact = exact_digits.columns(schema.struct, schema.encodings)
     declared = F.array(*[F.lit(n) for n in schema.names])
     staged = df.select(
-        "*", parsed.alias("_lh_parsed"), raw.alias("_lh_raw"), error.alias("_lh_error0")
+        "*",
+        parsed.alias("_lh_parsed"),
+        raw.alias("_lh_raw"),
+        error.alias("_lh_error0"),
+        *([exact_digits.variant(text)] if exact else []),
     )
     parsed_col, raw_col = F.col("_lh_parsed"), F.col("_lh_raw")
-    values = decode.decoded_columns(raw_col, parsed_col, schema.struct, schema.encodings)
+    texts = {n: exact_digits.text(n, raw_col[n]) for n in exact}
+    values = decode.decoded_columns(raw_col, parsed_col, schema.struct, schema.encodings, texts)
     unknown = F.array_except(F.map_keys(raw_col), declared)
     if metadata_prefix:
         unknown = F.filter(unknown, lambda k: ~k.startswith(metadata_prefix))
@@ -141,7 +147,14 @@ def parse_records(
         "*", decode.mistyped_names(raw_col, schema.struct).alias(MISTYPED)
     )
     bad_names = F.array_union(F.col(UNKNOWN), F.col(MISTYPED))
-    rescued = F.map_filter(raw_col, lambda k, _v: F.array_contains(bad_names, k))
+    # Every bad name is a key of the map (unknown: from its keys; mistyped: present in it), so
+    # the filtered map is not empty exactly when `bad_names` is not: the lambdas (interpreted)
+    # run only for the rows that have something to rescue, and keep an exact column's digits.
+    exact_raw = exact_digits.in_map(raw_col, exact) if exact else raw_col
+    rescued = F.when(
+        F.size(bad_names) > 0,
+        F.to_json(F.map_filter(exact_raw, lambda k, _v: F.array_contains(bad_names, k))),
+    )
     undecodable = F.when(
         F.lit(strict) & (F.size(MISTYPED) > 0),
         F.concat(F.lit("undecodable: "), F.array_join(MISTYPED, ", ")),
@@ -149,45 +162,12 @@ def parse_records(
     return decoded.select(
         *[c for c in df.columns],
         *[F.col(f"`{n}`") for n in schema.names],
-        F.when(F.size(rescued) > 0, F.to_json(rescued)).alias(RESCUED),
+        rescued.alias(RESCUED),
         UNKNOWN,
         MISTYPED,
         F.coalesce(
             F.col("_lh_error0"), F.when(raw_col.isNull(), F.lit("invalid_json")), undecodable
         ).alias(ERROR),
-    )
-
-
-def _exact_numbers(raw: Column, text: Column, schema: ParsedSchema) -> Column:
-    """`raw` with the values of the decimal and timestamp columns taken from a VARIANT parse
-    of `text`: Spark's JSON map renders a JSON number with a fraction through a double, so
-    12345678901234567.89 would reach the decimal decoder as 1.2345678901234568E16 and be
-    stored rounded, and epoch seconds with microseconds could lose the last digit. A VARIANT
-    keeps the digits (up to 38). One more parse, only for tables with such columns."""
-    from pyspark.sql import functions as F
-
-    # Only where a JSON number can carry the value: base64 decimals and epoch integers are
-    # strings or whole numbers the map keeps exactly.
-    exact = [
-        f.name
-        for f in schema.struct.fields
-        if (decode.kind_of(f.dataType), schema.encodings.get(f.name, ""))
-        in (("decimal", ""), ("decimal", "text"), ("timestamp", "epoch_s"))
-        and "'" not in f.name
-    ]
-    if not exact:
-        return raw
-
-    def value(variant: Column, key: Column, current: Column) -> Column:
-        out = current
-        for name in exact:
-            digits = F.try_variant_get(variant, f"$['{name}']", "string")
-            out = F.when(key == name, F.coalesce(digits, current)).otherwise(out)
-        return out
-
-    # The text parsed once per record, not once per column (`decode.let`).
-    return decode.let(
-        F.try_parse_json(text), lambda v: F.transform_values(raw, lambda k, c: value(v, k, c))
     )
 
 
@@ -321,6 +301,22 @@ def evaluate_rules(records: DataFrame, expectations: Sequence[Expectation]) -> D
             .otherwise(F.col(column))
         )
     return evaluated.withColumns(settled)
+
+
+def raw_where_needed(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
+    """An evaluated batch with its raw key and value bytes only on the rows that can need
+    them: failing a rule (the quarantine row, a `fail` rule's sample) or carrying unknown
+    fields (schema evolution infers their types from the record). The batch is cached for its
+    several reads; the bytes of every other row would be most of what the cache holds."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    failing = [F.col(m) != 0 for m in mask_columns(len(expectations))]
+    needed = reduce(lambda a, b: a | b, failing, F.size(UNKNOWN) > 0)
+    return evaluated.withColumns(
+        {RAW_KEY: F.when(needed, F.col(RAW_KEY)), RAW_VALUE: F.when(needed, F.col(RAW_VALUE))}
+    )
 
 
 def event_upserts(records: DataFrame, sequence_by: str) -> DataFrame:
