@@ -62,6 +62,9 @@ class OrdersWorkload:
         self.rng = random.Random(seed)  # noqa: S311 - test data
         self.model = OrdersModel()
         self.zone_open = True
+        # The model is read from another thread while this one writes it (a backfill takes
+        # the zone's orders mid-run): both sides hold this lock.
+        self._lock = threading.Lock()
         self.produced = 0
         self.errors: list[str] = []
         self.producer = Producer(
@@ -94,7 +97,9 @@ class OrdersWorkload:
 
     def zone_orders(self) -> list[Order]:
         start, end = self.zone
-        return [o for o in self.model.latest() if start <= o["ts"] < end]
+        with self._lock:
+            latest = self.model.latest()
+        return [o for o in latest if start <= o["ts"] < end]
 
     def _next(self) -> Order:
         roll = self.rng.random()
@@ -153,7 +158,8 @@ class OrdersWorkload:
             self._ids.append(order["order_id"])
             if not self.zone[0] <= order["ts"] < self.zone[1]:
                 self._outside.append(order["order_id"])
-        self.model.add(order)
+        with self._lock:
+            self.model.add(order)
         self._sent.append(order)
         self.produced += 1
 
