@@ -160,7 +160,7 @@ def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int)
         return silver.evaluate_rules(records, plan.expectations)
 
     def cached_stats() -> None:
-        df = silver.raw_where_needed(evaluated(), plan.expectations).persist()
+        df = evaluated().persist()
         try:
             refine_batch.batch_stats(df, plan.expectations, plan.schema.names)
             noop(df.select(*[f"`{c}`" for c in silver_plan.row_columns(df)]))

@@ -127,7 +127,9 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
             t = F.when(t.startswith("{"), _variable_scale(t)).otherwise(
                 _unscaled_text(t, F.lit(data_type.scale))
             )
-            return decimal_text(t, data_type)
+            # The decoded text is a long expression, read three times by _decimal_of: `let`
+            # computes it once per row.
+            return let(t, lambda s: _decimal_of(s, data_type))
         # A field's trimmed text is small: repeated, it costs less than `let`'s interpreted
         # lambda on every row (bench/README, silver throughput).
         return _decimal_of(t, data_type)
@@ -142,12 +144,8 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
     return None
 
 
-def decimal_text(t: Column, data_type: DecimalType) -> Column:
-    """A decimal's text as `data_type` when it fits exactly (never rounded)."""
-    return let(t, lambda s: _decimal_of(s, data_type))
-
-
 def _decimal_of(t: Column, data_type: DecimalType) -> Column:
+    """A decimal's text as `data_type` when it fits exactly (never rounded)."""
     from pyspark.sql import functions as F
 
     value = t.try_cast(data_type)

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING
 
 from lakehouse.bronze.transform import CDC_KEY, CDC_LSN, CDC_OP, CDC_SOURCE_TS_MS, TOMBSTONE
 from lakehouse.core.errors import ContractViolation, UsageError
-from lakehouse.quality.expectations import FAILED, MASK, Expectation, evaluate, mask_columns
+from lakehouse.quality.expectations import (
+    ACTIONS,
+    FAILED,
+    MASK,
+    Expectation,
+    evaluate,
+    fails_any,
+    mask_columns,
+)
 from lakehouse.silver import decode, exact_digits
 from lakehouse.silver.changes import DELETE, OP, SEQ, TRUNCATE, TS, UPSERT_OPS
 
@@ -288,7 +296,8 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
 def evaluate_rules(records: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
     """The table's rules (`parsable` first) evaluated into the failed-rule bitmask, settled for
     rows user rules do not apply to: an unparsable record fails only `parsable`; a delete or
-    truncate fails nothing."""
+    truncate fails nothing. The result is what a batch caches for its several reads, so it
+    keeps the raw bytes only where they can be needed (`_raw_where_needed`)."""
     from pyspark.sql import functions as F
 
     assert expectations[0] == PARSABLE, "the parsable rule comes first"
@@ -300,20 +309,17 @@ def evaluate_rules(records: DataFrame, expectations: Sequence[Expectation]) -> D
             .when(~F.col(CHECKED), F.lit(0).cast("long"))
             .otherwise(F.col(column))
         )
-    return evaluated.withColumns(settled)
+    return _raw_where_needed(evaluated.withColumns(settled), expectations)
 
 
-def raw_where_needed(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
+def _raw_where_needed(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
     """An evaluated batch with its raw key and value bytes only on the rows that can need
     them: failing a rule (the quarantine row, a `fail` rule's sample) or carrying unknown
     fields (schema evolution infers their types from the record). The batch is cached for its
     several reads; the bytes of every other row would be most of what the cache holds."""
-    from functools import reduce
-
     from pyspark.sql import functions as F
 
-    failing = [F.col(m) != 0 for m in mask_columns(len(expectations))]
-    needed = reduce(lambda a, b: a | b, failing, F.size(UNKNOWN) > 0)
+    needed = fails_any(expectations, ACTIONS) | (F.size(UNKNOWN) > 0)
     return evaluated.withColumns(
         {RAW_KEY: F.when(needed, F.col(RAW_KEY)), RAW_VALUE: F.when(needed, F.col(RAW_VALUE))}
     )
