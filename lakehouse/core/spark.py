@@ -34,6 +34,13 @@ _BASE_CONF: dict[str, str] = {
 }
 
 
+# HotSpot JIT-compiles no method over 8,000 bytes of bytecode (DontCompileHugeMethods): the
+# whole-stage code Spark generates for a CDC record's columns or a silver parse is larger and
+# ran interpreted, ~1.4x slower (bench/README.md, 2026-11-27). Every driver and executor JVM
+# the lakehouse starts or submits lifts that limit, ahead of the JVM options the settings give.
+JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
+JAVA_OPTION_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
 # Options a cluster's spark-submit decides (`--master`); a local session sets them itself.
 CLUSTER_OWNED = frozenset({"spark.master", "spark.driver.host", "spark.driver.bindAddress"})
 
@@ -62,6 +69,8 @@ def session_conf(settings: Settings, app_name: str | None = None) -> dict[str, s
         conf["spark.driver.host"] = spark.driver_host
         conf["spark.driver.bindAddress"] = spark.driver_host
     conf.update(spark.conf)
+    for key in JAVA_OPTION_KEYS:
+        conf[key] = f"{JIT_OPTIONS} {conf.get(key, '')}".strip()
     return conf
 
 

@@ -1,11 +1,15 @@
-"""The session helpers: scoped runtime settings."""
+"""The session helpers: scoped runtime settings, the JVM options every session gets."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from lakehouse.core.spark import runtime_conf
+from lakehouse.core.settings import Settings, SparkSettings
+from lakehouse.core.spark import JIT_OPTIONS, runtime_conf, session_conf
 
 pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 
@@ -30,3 +34,27 @@ def test_runtime_conf_applies_inside_and_restores_after_an_error(spark: SparkSes
     finally:
         assert caller_value is not None  # a registered setting always has a value
         spark.conf.set(set_key, caller_value)
+
+
+def test_the_driver_jvm_compiles_huge_generated_methods(spark: SparkSession) -> None:
+    # HotSpot's own answer, not our configuration's: the flag reached the running JVM.
+    context: Any = spark.sparkContext  # py4j handles are untyped
+    management = context._jvm.java.lang.management.ManagementFactory
+    hotspot = management.getPlatformMXBean(
+        context._jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    assert hotspot.getVMOption("DontCompileHugeMethods").getValue() == "false"
+
+
+def test_a_jvm_option_from_the_settings_keeps_the_jit_option() -> None:
+    settings = replace(
+        Settings(),
+        spark=replace(
+            SparkSettings(), conf={"spark.executor.extraJavaOptions": "-Dlakehouse.test=1"}
+        ),
+    )
+
+    conf = session_conf(settings)
+
+    assert conf["spark.executor.extraJavaOptions"] == f"{JIT_OPTIONS} -Dlakehouse.test=1"
+    assert conf["spark.driver.extraJavaOptions"] == JIT_OPTIONS
