@@ -39,9 +39,11 @@ def preload(
     events: int,
     event: Callable[[int], dict[str, Any]],
     partitions: int,
+    key: Callable[[int], bytes] = lambda i: str(i).encode(),
 ) -> None:
-    """Produce `event(i)` as JSON for i in 0..events-1 (key `i`, partition i % partitions)
-    into `topic`, created if missing, and wait until the broker has acknowledged them all."""
+    """Produce `event(i)` as JSON for i in 0..events-1 (key `key(i)`, partition
+    i % partitions) into `topic`, created if missing, and wait until the broker has
+    acknowledged them all."""
     from confluent_kafka import Producer
 
     kafka.ensure_topic(settings.kafka, topic, partitions=partitions)
@@ -54,7 +56,7 @@ def preload(
         value = json.dumps(event(i)).encode()
         while True:
             try:
-                producer.produce(topic, value=value, key=str(i).encode(), partition=i % partitions)
+                producer.produce(topic, value=value, key=key(i), partition=i % partitions)
                 break
             except BufferError:  # the local queue is full: let the producer drain it
                 producer.poll(0.1)

@@ -129,8 +129,8 @@ def bronze_schema(kind: str) -> StructType:
 # The value's bytes as a string, without a UTF-8 check. Every mention of the column `value`
 # in a projection copies its bytes again; this one expression, used throughout one test, is
 # evaluated once per row (Spark's common subexpression elimination).
-_TEXT = "CAST(value AS STRING)"
-_IS_UTF8 = f"is_valid_utf8({_TEXT})"
+VALUE_TEXT = "CAST(value AS STRING)"
+IS_UTF8 = f"is_valid_utf8({VALUE_TEXT})"
 
 
 def _sql_string(text: str) -> str:
@@ -138,7 +138,7 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _size_checks(null_error: str, max_value_bytes: int) -> str:
+def size_checks(null_error: str, max_value_bytes: int) -> str:
     """The WHEN branches every value_error CASE has, in this order: no value, an empty one,
     or one too big to parse."""
     return (
@@ -153,9 +153,9 @@ def _event_error(max_value_bytes: int) -> str:
     `value` once; the other tests run only for rows that failed it, the UTF-8 scan last."""
     return (
         f"CASE WHEN {_delimited_json(max_value_bytes)} THEN NULL "
-        f"{_size_checks(NULL_VALUE, max_value_bytes)} "
+        f"{size_checks(NULL_VALUE, max_value_bytes)} "
         f"WHEN {_padded_json()} THEN NULL "
-        f"WHEN NOT {_IS_UTF8} THEN '{INVALID_UTF8}' "
+        f"WHEN NOT {IS_UTF8} THEN '{INVALID_UTF8}' "
         f"ELSE '{INVALID_JSON}' END"
     )
 
@@ -168,10 +168,10 @@ def _delimited_json(max_value_bytes: int) -> str:
 
     def delimited(first: str, last: str) -> str:
         # startswith/endswith compare bytes in place; substring() would copy them per row.
-        return f"(startswith({_TEXT}, '{first}') AND endswith({_TEXT}, '{last}'))"
+        return f"(startswith({VALUE_TEXT}, '{first}') AND endswith({VALUE_TEXT}, '{last}'))"
 
     return (
-        f"(octet_length({_TEXT}) <= {max_value_bytes} "
+        f"(octet_length({VALUE_TEXT}) <= {max_value_bytes} "
         f"AND ({delimited('{', '}')} OR {delimited('[', ']')}))"
     )
 
@@ -181,88 +181,8 @@ def _padded_json() -> str:
     spaces), built with char() so it does not depend on
     spark.sql.parser.escapedStringLiterals. Only values that failed the plain check get here."""
     whitespace = "concat(' ', char(9), char(10), char(13))"
-    text = f"trim(BOTH {whitespace} FROM {_TEXT})"
+    text = f"trim(BOTH {whitespace} FROM {VALUE_TEXT})"
     return f"concat(substring({text}, 1, 1), substring({text}, -1, 1)) IN ('{{}}', '[]')"
-
-
-ENVELOPE = "_envelope"  # transient: the value parsed once into a VARIANT
-
-
-def _parsed_envelope(max_value_bytes: int) -> str:
-    return (
-        f"CASE WHEN value IS NOT NULL AND length(value) <= {max_value_bytes} "
-        f"THEN try_parse_json(CAST(value AS STRING)) END AS {ENVELOPE}"
-    )
-
-
-def _cdc_columns(max_value_bytes: int) -> list[Column]:
-    """CDC convenience columns, read from the `_envelope` VARIANT (parsed once per row in the
-    projection before this one). A Debezium record is the envelope (`op`, `source`), or the
-    ExtractNewRecordState-flattened row (`__op`, `__lsn`, ...), each bare or, with
-    schemas.enable=true, wrapped in `payload`."""
-    from pyspark.sql import functions as F
-
-    variant = F.col(ENVELOPE)
-
-    def field(path: str, kind: str) -> Column:
-        def get(at: str) -> Column:
-            return F.try_variant_get(variant, at, kind)
-
-        return F.coalesce(get(f"$.payload.{path}"), get(f"$.{path}"))
-
-    # A flattened record carries `__op`; its table may have columns named `op` or `source`,
-    # so then only the `__` fields count.
-    flat_op = field("__op", "string")
-    flattened = flat_op.isNotNull()
-
-    def pick(envelope_path: str, flat_path: str, kind: str) -> Column:
-        return F.when(flattened, field(flat_path, kind)).otherwise(field(envelope_path, kind))
-
-    op = F.coalesce(flat_op, field("op", "string"))
-    key_text = F.col("key").cast("string")
-    key_payload = F.get_json_object(key_text, "$.payload")
-    # With schemas.enable=true the key is {"schema":..,"payload":{..}}; keep the payload only,
-    # so the same row has the same cdc_key whichever converter setting produced it.
-    cdc_key = F.when(
-        F.get_json_object(key_text, "$.schema").isNotNull() & key_payload.isNotNull(),
-        key_payload,
-    ).otherwise(key_text)
-    schema, table = field("source.schema", "string"), field("source.table", "string")
-    # Null when the raw value passes, so the envelope checks decide (in this order).
-    raw_error = F.expr(
-        f"CASE {_size_checks(TOMBSTONE, max_value_bytes)} "
-        f"WHEN NOT {_IS_UTF8} THEN '{INVALID_UTF8}' END"
-    )
-    # A JSON `null` value (or a schemas.enable=true wrapper around one) is a tombstone too:
-    # Kafka Connect's JsonConverter writes one when a transform (ExtractNewRecordState's
-    # default delete handling) leaves a record with a value schema but no value.
-    # The wrapper is exactly {"schema": {"type": ...}, "payload": null}: a flattened row with
-    # columns named `schema` and `payload` has its `__op`.
-    wrapped = F.try_variant_get(variant, "$.payload", "variant")
-    json_null = F.is_variant_null(variant) | (
-        F.try_variant_get(variant, "$.schema.type", "string").isNotNull()
-        & F.coalesce(F.is_variant_null(wrapped), F.lit(False))
-        & F.try_variant_get(variant, "$.__op", "variant").isNull()
-        & F.try_variant_get(variant, "$.op", "variant").isNull()
-    )
-    error = F.coalesce(
-        raw_error,
-        F.when(variant.isNull(), F.lit(INVALID_JSON))
-        .when(json_null, F.lit(TOMBSTONE))
-        .when(op.isNull(), F.lit(NOT_AN_ENVELOPE))
-        .when(~op.isin(*DEBEZIUM_OPS), F.lit(UNKNOWN_OP)),
-    )
-    return [
-        error.alias("value_error"),
-        op.alias(CDC_OP),
-        cdc_key.alias(CDC_KEY),
-        pick("source.lsn", "__lsn", "long").alias(CDC_LSN),
-        pick("source.ts_ms", "__source_ts_ms", "long").alias(CDC_SOURCE_TS_MS),
-        F.when(flattened, field("__table", "string"))
-        .when(table.isNotNull(), F.concat_ws(".", schema, table))
-        .alias(CDC_TABLE),
-        field("__deleted", "string").alias(CDC_DELETED),
-    ]
 
 
 def _batch_constant(now: str) -> str:
@@ -299,10 +219,10 @@ def kafka_to_bronze(raw: DataFrame, source: str, kind: str, max_value_bytes: int
     """Spark Kafka source rows -> bronze rows: the columns of `bronze_schema(kind)` but
     `historical_version`, which only historical loads write."""
     if kind == "cdc":
-        # Two projections, so the JSON parse happens once per row, not once per field read.
-        with_envelope = raw.selectExpr(*_lineage(source), _parsed_envelope(max_value_bytes))
-        kept = [c for c in with_envelope.columns if c != ENVELOPE]
-        return with_envelope.select(*kept, *_cdc_columns(max_value_bytes))
+        # Imported here: envelope.py reads this module's vocabulary (error codes, columns).
+        from lakehouse.bronze.envelope import with_cdc_columns
+
+        return with_cdc_columns(raw.selectExpr(*_lineage(source)), max_value_bytes)
     return raw.selectExpr(*_lineage(source), f"{_event_error(max_value_bytes)} AS value_error")
 
 

@@ -72,6 +72,20 @@ def test_cdc_corpus(spark: SparkSession, kafka_up: Settings) -> None:
                 }
             ).encode(),
         ),
+        # An LSN sent as a string: not what the narrow read expects, so the VARIANT reads it.
+        (
+            key,
+            json.dumps(
+                {**envelope("u", None, None, 0), "source": {"lsn": "600", "ts_ms": 1600}}
+            ).encode(),
+        ),
+        # A repeated field: the last one counts, as in Spark's JSON reader (silver's parse).
+        (key, b'{"op": "c", "source": {"lsn": 700, "ts_ms": 1700}, "op": "d"}'),
+        # A wrapped key whose `payload` is spelt with an escape.
+        (
+            b'{"schema": {"type": "struct"}, "p\\u0061yload": {"customer_id": 1}}',
+            json.dumps(envelope("c", None, {"customer_id": 1}, 800)).encode(),
+        ),
     ]
     kafka.produce(settings.kafka, topic, [(k, v, 0) for k, v in corpus])
     run_ingest(spark, settings, name, kind="cdc")
@@ -88,6 +102,9 @@ def test_cdc_corpus(spark: SparkSession, kafka_up: Settings) -> None:
             (8, "invalid_utf8", None, '{"customer_id": 1}', None, None, None, None),
             (9, "invalid_json", None, None, None, None, None, None),
             (10, None, "u", '{"customer_id": 1}', 500, 1500, "orders", None),
+            (11, None, "u", '{"customer_id": 1}', 600, 1600, None, None),
+            (12, None, "d", '{"customer_id": 1}', 700, 1700, None, None),
+            (13, None, "c", '{"customer_id":1}', 800, 1800, "public.customers", None),
         ],
         CDC_COLUMNS,
     )
