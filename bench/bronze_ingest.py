@@ -90,20 +90,30 @@ def files_in(path: str) -> int:
     return sum(1 for p in Path(path).rglob("*.parquet"))
 
 
-def baseline(spark: Any, settings: Settings, topic: str, out: str, checkpoint: str) -> None:
-    (
+def kafka_stream(spark: Any, settings: Settings, topic: str) -> Any:
+    """The whole topic as a stream, in batches of at most MAX_OFFSETS_PER_TRIGGER."""
+    return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER))
         .load()
-        .writeStream.format("delta")
+    )
+
+
+def append_all(rows: Any, out: str, checkpoint: str) -> None:
+    (
+        rows.writeStream.format("delta")
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start(out)
         .awaitTermination()
     )
+
+
+def baseline(spark: Any, settings: Settings, topic: str, out: str, checkpoint: str) -> None:
+    append_all(kafka_stream(spark, settings, topic), out, checkpoint)
 
 
 # Only the fields bronze's CDC columns come from, envelope and flattened (bench/README.md).
@@ -117,36 +127,23 @@ def baseline_cdc(spark: Any, settings: Settings, topic: str, out: str, checkpoin
     """The minimal job plus the CDC columns, each from one narrow `from_json` of the value."""
     from pyspark.sql import functions as F
 
-    raw = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER))
-        .load()
-    )
+    raw = kafka_stream(spark, settings, topic)
     parsed = raw.withColumn("e", F.from_json(F.col("value").cast("string"), CDC_FIELDS))
     flat = F.col("e.__op").isNotNull()
-    (
-        parsed.select(
-            *raw.columns,
-            F.coalesce("e.__op", "e.op").alias("cdc_op"),
-            F.col("key").cast("string").alias("cdc_key"),
-            F.when(flat, F.col("e.__lsn")).otherwise(F.col("e.source.lsn")).alias("cdc_lsn"),
-            F.when(flat, F.col("e.__source_ts_ms"))
-            .otherwise(F.col("e.source.ts_ms"))
-            .alias("cdc_source_ts_ms"),
-            F.when(flat, F.col("e.__table"))
-            .otherwise(F.concat_ws(".", "e.source.schema", "e.source.table"))
-            .alias("cdc_table"),
-            F.col("e.__deleted").alias("cdc_deleted"),
-        )
-        .writeStream.format("delta")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start(out)
-        .awaitTermination()
+    rows = parsed.select(
+        *raw.columns,
+        F.coalesce("e.__op", "e.op").alias("cdc_op"),
+        F.col("key").cast("string").alias("cdc_key"),
+        F.when(flat, F.col("e.__lsn")).otherwise(F.col("e.source.lsn")).alias("cdc_lsn"),
+        F.when(flat, F.col("e.__source_ts_ms"))
+        .otherwise(F.col("e.source.ts_ms"))
+        .alias("cdc_source_ts_ms"),
+        F.when(flat, F.col("e.__table"))
+        .otherwise(F.concat_ws(".", "e.source.schema", "e.source.table"))
+        .alias("cdc_table"),
+        F.col("e.__deleted").alias("cdc_deleted"),
     )
+    append_all(rows, out, checkpoint)
 
 
 def measure(

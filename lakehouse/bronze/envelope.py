@@ -41,14 +41,23 @@ ENVELOPE = "_envelope"  # the VARIANT, parsed only for the other rows
 _CORRUPT = "_corrupt"  # Spark's JSON reader names a record it cannot read here
 _FIELDS = (
     "op STRING, __op STRING, __lsn BIGINT, __source_ts_ms BIGINT, __table STRING, "
-    "__deleted STRING, source STRUCT<schema: STRING, table: STRING, lsn: BIGINT, ts_ms: BIGINT>"
+    "__deleted STRING, "
+    "source STRUCT<`schema`: STRING, `table`: STRING, lsn: BIGINT, ts_ms: BIGINT>"
 )
+# Spark's JSON reader also takes single-quoted strings and NaN/Infinity by default; the
+# VARIANT parser (the rules that decided before) takes neither, so neither does this read:
+# such a value stays `invalid_json` instead of reaching silver.
+_STRICT = {
+    "columnNameOfCorruptRecord": _CORRUPT,
+    "allowSingleQuotes": "false",
+    "allowNonNumericNumbers": "false",
+}
 _PARSABLE = "value IS NOT NULL AND length(value) <= {max_value_bytes}"
 
 
 def _narrow_read(max_value_bytes: int) -> str:
     schema = f"{_FIELDS}, payload STRUCT<{_FIELDS}>, {_CORRUPT} STRING"
-    options = f"map('columnNameOfCorruptRecord', '{_CORRUPT}')"
+    options = "map(" + ", ".join(f"'{k}', '{v}'" for k, v in _STRICT.items()) + ")"
     return (
         f"CASE WHEN {_PARSABLE.format(max_value_bytes=max_value_bytes)} "
         f"THEN from_json({VALUE_TEXT}, '{schema}', {options}) END AS {NARROW}"
@@ -203,7 +212,8 @@ def _cdc_columns(max_value_bytes: int) -> list[Column]:
 def with_cdc_columns(lineage: DataFrame, max_value_bytes: int) -> DataFrame:
     """Bronze's lineage rows (`key` and `value` among them) plus the CDC columns. One
     projection per step, so each parse happens once per row, not once per field read (Spark
-    does not merge projections that would repeat a costly expression)."""
+    does not merge projections that would repeat a costly expression: each step's column is
+    read more than once by the next)."""
     narrow = lineage.selectExpr("*", _narrow_read(max_value_bytes))
     plain = narrow.selectExpr("*", _plain())
     parsed = plain.selectExpr("*", _parsed_envelope(max_value_bytes))

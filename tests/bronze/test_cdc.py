@@ -86,6 +86,9 @@ def test_cdc_corpus(spark: SparkSession, kafka_up: Settings) -> None:
             b'{"schema": {"type": "struct"}, "p\\u0061yload": {"customer_id": 1}}',
             json.dumps(envelope("c", None, {"customer_id": 1}, 800)).encode(),
         ),
+        # Not JSON, though Spark's JSON reader takes them by default: single quotes, NaN.
+        (key, b"{'op': 'c', 'source': {'lsn': 900, 'ts_ms': 1900}}"),
+        (key, b'{"op": "c", "source": {"lsn": 1000, "ts_ms": 2000}, "after": {"x": NaN}}'),
     ]
     kafka.produce(settings.kafka, topic, [(k, v, 0) for k, v in corpus])
     run_ingest(spark, settings, name, kind="cdc")
@@ -105,6 +108,8 @@ def test_cdc_corpus(spark: SparkSession, kafka_up: Settings) -> None:
             (11, None, "u", '{"customer_id": 1}', 600, 1600, None, None),
             (12, None, "d", '{"customer_id": 1}', 700, 1700, None, None),
             (13, None, "c", '{"customer_id":1}', 800, 1800, "public.customers", None),
+            (14, "invalid_json", None, '{"customer_id": 1}', None, None, None, None),
+            (15, "invalid_json", None, '{"customer_id": 1}', None, None, None, None),
         ],
         CDC_COLUMNS,
     )
