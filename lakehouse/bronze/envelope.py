@@ -27,14 +27,22 @@ from lakehouse.bronze.transform import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import Column, DataFrame
+
+    # A field of the record by its path under the envelope or `payload`, as a type ("string",
+    # "long"): the narrow read's struct and the VARIANT are read by the same rules.
+    FieldReader = Callable[[str, str], Column]
 
 # CDC columns are read in two ways. First one narrow `from_json` of only the fields they come
 # from (_FIELDS: Jackson skips the rest of the record, `before`/`after` and a schemas.enable
-# `schema` included), which decides every ordinary record: ~2x cheaper per row than parsing the
-# whole value into a VARIANT (bench/README.md). Any other record (an unknown or missing op, a
-# field of another JSON type, not JSON, JSON null, too big, not UTF-8) is parsed into a
-# VARIANT and read by the general rules, which decide every error. Transient columns:
+# `schema` included), which decides every ordinary record. That parse costs about what a
+# VARIANT parse of the whole value does (bench/README.md, 2026-11-27: 3.7 s per million for
+# such a from_json with the key cast, 3.8 s for the VARIANT); what it saves are the ~20
+# `try_variant_get` lookups per row. Any other record (an unknown or missing op, a field of
+# another JSON type, not JSON, JSON null, too big, not UTF-8) is parsed into a VARIANT and read
+# by the general rules, which decide every error. Transient columns:
 NARROW = "_narrow"  # the narrow read (null when the value is null or too big)
 PLAIN = "_plain"  # whether the narrow read decides the row
 ENVELOPE = "_envelope"  # the VARIANT, parsed only for the other rows
@@ -90,35 +98,44 @@ def _parsed_envelope(max_value_bytes: int) -> str:
     )
 
 
-def _narrow_columns() -> dict[str, Column]:
-    """The CDC columns of a plain row (no error), by the same rules as `_variant_columns`."""
+def _columns(field: FieldReader) -> dict[str, Column]:
+    """The CDC columns of a Debezium record, whichever way its fields are read: the envelope
+    (`op`, `source`) or the ExtractNewRecordState-flattened row (`__op`, `__lsn`, ...)."""
     from pyspark.sql import functions as F
 
-    flattened = F.expr(f"{_narrow_field('__op')} IS NOT NULL")
+    # A flattened record carries `__op`; its table may have columns named `op` or `source`,
+    # so then only the `__` fields count.
+    flat_op = field("__op", "string")
+    flattened = flat_op.isNotNull()
 
-    def pick(envelope_path: str, flat_path: str) -> Column:
-        return F.when(flattened, F.expr(_narrow_field(flat_path))).otherwise(
-            F.expr(_narrow_field(envelope_path))
-        )
+    def pick(envelope_path: str, flat_path: str, kind: str) -> Column:
+        return F.when(flattened, field(flat_path, kind)).otherwise(field(envelope_path, kind))
 
-    schema, table = F.expr(_narrow_field("source.schema")), F.expr(_narrow_field("source.table"))
+    schema, table = field("source.schema", "string"), field("source.table", "string")
     return {
-        "value_error": F.lit(None).cast("string"),
-        CDC_OP: F.expr(_narrow_op()),
-        CDC_LSN: pick("source.lsn", "__lsn"),
-        CDC_SOURCE_TS_MS: pick("source.ts_ms", "__source_ts_ms"),
-        CDC_TABLE: F.when(flattened, F.expr(_narrow_field("__table"))).when(
+        CDC_OP: F.coalesce(flat_op, field("op", "string")),
+        CDC_LSN: pick("source.lsn", "__lsn", "long"),
+        CDC_SOURCE_TS_MS: pick("source.ts_ms", "__source_ts_ms", "long"),
+        CDC_TABLE: F.when(flattened, field("__table", "string")).when(
             table.isNotNull(), F.concat_ws(".", schema, table)
         ),
-        CDC_DELETED: F.expr(_narrow_field("__deleted")),
+        CDC_DELETED: field("__deleted", "string"),
     }
 
 
+def _narrow_columns() -> dict[str, Column]:
+    """The CDC columns of a plain row (no error), from the narrow read (already typed)."""
+    from pyspark.sql import functions as F
+
+    def field(path: str, kind: str) -> Column:
+        return F.expr(_narrow_field(path))
+
+    return {"value_error": F.lit(None).cast("string"), **_columns(field)}
+
+
 def _variant_columns(max_value_bytes: int) -> dict[str, Column]:
-    """CDC convenience columns, read from the `_envelope` VARIANT (parsed once per row in the
-    projection before this one). A Debezium record is the envelope (`op`, `source`), or the
-    ExtractNewRecordState-flattened row (`__op`, `__lsn`, ...), each bare or, with
-    schemas.enable=true, wrapped in `payload`."""
+    """The CDC columns and `value_error` of any other row, from the `_envelope` VARIANT
+    (parsed once per row in the projection before this one)."""
     from pyspark.sql import functions as F
 
     variant = F.col(ENVELOPE)
@@ -129,16 +146,8 @@ def _variant_columns(max_value_bytes: int) -> dict[str, Column]:
 
         return F.coalesce(get(f"$.payload.{path}"), get(f"$.{path}"))
 
-    # A flattened record carries `__op`; its table may have columns named `op` or `source`,
-    # so then only the `__` fields count.
-    flat_op = field("__op", "string")
-    flattened = flat_op.isNotNull()
-
-    def pick(envelope_path: str, flat_path: str, kind: str) -> Column:
-        return F.when(flattened, field(flat_path, kind)).otherwise(field(envelope_path, kind))
-
-    op = F.coalesce(flat_op, field("op", "string"))
-    schema, table = field("source.schema", "string"), field("source.table", "string")
+    columns = _columns(field)
+    op = columns[CDC_OP]
     # Null when the raw value passes, so the envelope checks decide (in this order).
     raw_error = F.expr(
         f"CASE {size_checks(TOMBSTONE, max_value_bytes)} "
@@ -163,16 +172,7 @@ def _variant_columns(max_value_bytes: int) -> dict[str, Column]:
         .when(op.isNull(), F.lit(NOT_AN_ENVELOPE))
         .when(~op.isin(*DEBEZIUM_OPS), F.lit(UNKNOWN_OP)),
     )
-    return {
-        "value_error": error,
-        CDC_OP: op,
-        CDC_LSN: pick("source.lsn", "__lsn", "long"),
-        CDC_SOURCE_TS_MS: pick("source.ts_ms", "__source_ts_ms", "long"),
-        CDC_TABLE: F.when(flattened, field("__table", "string")).when(
-            table.isNotNull(), F.concat_ws(".", schema, table)
-        ),
-        CDC_DELETED: field("__deleted", "string"),
-    }
+    return {"value_error": error, **columns}
 
 
 def _cdc_key() -> Column:

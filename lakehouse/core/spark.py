@@ -35,9 +35,10 @@ _BASE_CONF: dict[str, str] = {
 
 
 # HotSpot JIT-compiles no method over 8,000 bytes of bytecode (DontCompileHugeMethods): the
-# whole-stage code Spark generates for a CDC record's columns or a silver parse is larger and
-# ran interpreted, ~1.4x slower (bench/README.md, 2026-11-27). Every driver and executor JVM
-# the lakehouse starts or submits lifts that limit, ahead of the JVM options the settings give.
+# whole-stage code Spark generates for ingest_cdc's CDC columns is larger and ran interpreted:
+# 7.1 s per million records against 4.9-5.2 s (bench/README.md, 2026-11-27; silver measured
+# within noise either way). Every driver and executor JVM the lakehouse starts or submits lifts
+# that limit, ahead of the JVM options the settings give.
 JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
 JAVA_OPTION_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 
