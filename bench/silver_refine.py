@@ -157,7 +157,7 @@ def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int)
 
     def evaluated() -> DataFrame:
         records = silver_plan.transform(rows, plan.table, plan.kind, plan.schema)
-        return silver.evaluate_rules(records, plan.expectations)
+        return silver.evaluated_for_cache(records, plan.expectations)
 
     def cached_stats() -> None:
         df = evaluated().persist()

@@ -83,7 +83,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             records = _resolve_tombstones(spark, plan, records)
         if has_placeholders:
             records = _resolve_toast(spark, plan, records, columns)
-    evaluated = silver.evaluate_rules(records, plan.expectations).persist()
+    evaluated = silver.evaluated_for_cache(records, plan.expectations).persist()
     try:
         stats = batch_stats(evaluated, plan.expectations, plan.schema.names)
         if stats.unknown_fields and _drift(spark, plan, evaluated, stats, batch_id):

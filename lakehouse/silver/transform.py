@@ -293,7 +293,7 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
     return flatten(changes, keep=TRANSIENT)
 
 
-def evaluate_rules(records: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
+def evaluated_for_cache(records: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
     """The table's rules (`parsable` first) evaluated into the failed-rule bitmask, settled for
     rows user rules do not apply to: an unparsable record fails only `parsable`; a delete or
     truncate fails nothing. The result is what a batch caches for its several reads, so it
