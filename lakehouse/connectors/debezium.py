@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lakehouse.connectors import postgres
 from lakehouse.connectors.rest import (
     JSON_CONVERTER,
     SEE_LOG,
@@ -210,17 +211,7 @@ def _sql(
     settings: Settings, statement: str, params: Sequence[object] = ()
 ) -> list[tuple[Any, ...]]:
     """Run one statement on `postgres:` (autocommit); its rows, if it returns any."""
-    import psycopg
-
-    pg = settings.postgres
-    with psycopg.connect(
-        host=pg.host,
-        port=pg.port,
-        dbname=pg.database,
-        user=pg.user,
-        password=pg.require_password(),
-        autocommit=True,
-    ) as conn:
+    with postgres.connect(settings) as conn:
         cursor = conn.execute(statement, params)
         return cursor.fetchall() if cursor.description else []
 

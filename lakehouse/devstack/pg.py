@@ -30,19 +30,12 @@ def password(settings: Settings) -> str:
 
 
 def connect(settings: Settings) -> psycopg.Connection[Any]:
-    """An autocommit connection to the configured database; the password is the `.env`
-    secret, never a default."""
-    import psycopg
+    """The library's connection (`lakehouse.connectors.postgres`); a missing password is a
+    `ServiceError` here, as for every dev stack command."""
+    from lakehouse.connectors import postgres
 
-    pg = settings.postgres
-    return psycopg.connect(
-        host=pg.host,
-        port=pg.port,
-        dbname=pg.database,
-        user=pg.user,
-        password=password(settings),
-        autocommit=True,
-    )
+    password(settings)
+    return postgres.connect(settings)
 
 
 def psql_argv(
