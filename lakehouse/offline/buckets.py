@@ -17,6 +17,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from lakehouse.core import instants
 from lakehouse.core.errors import UsageError
 from lakehouse.core.specs import TIME_FORMATS
 
@@ -101,9 +102,9 @@ def event_time_sql(column: str, time_format: str) -> str:
     Numbers may arrive as strings ("1767225600000"), as real feeds send them."""
     raw = f"`{column}`"
     if time_format == "epoch_ms":
-        return f"timestamp_millis(try_cast({raw} AS BIGINT))"
+        return instants.epoch_timestamp_sql(f"try_cast({raw} AS BIGINT)", "ms")
     if time_format == "epoch_s":
-        return f"timestamp_seconds(try_cast({raw} AS BIGINT))"
+        return instants.epoch_timestamp_sql(f"try_cast({raw} AS BIGINT)", "s")
     if time_format == "iso8601":
         return f"try_to_timestamp(CAST({raw} AS STRING))"
     if time_format == "timestamp":

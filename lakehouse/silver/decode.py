@@ -36,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from lakehouse.core import instants
+
 if TYPE_CHECKING:
     from pyspark.sql import Column
     from pyspark.sql.types import DataType, DecimalType, StructType
@@ -48,6 +50,7 @@ STRING_ENCODINGS = ("text", "time_ms", "time_us", "time_ns")
 _INTEGER = r"^[+-]?\d+$"
 _PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)$"
 _EXPONENT_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$"
+_MANTISSA = r"^[+-]?(\d*)\.?(\d*)[eE]"
 _ISO_DATE = r"^[+-]?\d{4,}-\d{1,2}-\d{1,2}"
 
 
@@ -134,10 +137,13 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
         # lambda on every row (bench/README, silver throughput).
         return _decimal_of(t, data_type)
     if kind == "date":
-        iso = F.when(t.rlike(_ISO_DATE), t.try_cast("date"))
+        # Spark's date cast takes `yyyy-mm-dd` followed by a space or `T` and anything at all
+        # ("2024-01-05 garbage"): only a date, or a whole ISO timestamp (its date as written).
+        whole_iso = t.rlike(_ISO_DATE + "$") | t.try_cast("timestamp").isNotNull()
+        iso = F.when(t.rlike(_ISO_DATE) & whole_iso, t.try_cast("date"))
         if encoding == "epoch_days":
             days = F.when(t.rlike(_INTEGER), t.try_cast("int"))
-            return F.coalesce(iso, F.date_from_unix_date(days))
+            return F.coalesce(iso, instants.epoch_date(days))
         return iso
     if kind == "timestamp":
         return _timestamp(t, encoding).cast(data_type)
@@ -152,10 +158,21 @@ def _decimal_of(t: Column, data_type: DecimalType) -> Column:
     # Fraction digits beyond the scale must be zeros; the cast itself checks the precision.
     fraction = F.regexp_extract(t, r"\.(\d*?)0*$", 1)
     plain = t.rlike(_PLAIN_NUMBER) & (F.length(fraction) <= data_type.scale)
-    exponent = t.rlike(_EXPONENT_NUMBER) & (
-        t.try_cast("decimal(38,18)") == value.cast("decimal(38,18)")
-    )
+    exponent = t.rlike(_EXPONENT_NUMBER) & (_exponent_fraction_digits(t) <= data_type.scale)
     return F.when(plain | exponent, value)
+
+
+def _exponent_fraction_digits(t: Column) -> Column:
+    """How many fraction digits the number `t` (exponent form) has, counted on its text so
+    that none is missed however far it is (`1.3290000000000000000001e1` has 22): the
+    mantissa's fraction digits, less its trailing zeros, less the exponent."""
+    from pyspark.sql import functions as F
+
+    whole, fraction = F.regexp_extract(t, _MANTISSA, 1), F.regexp_extract(t, _MANTISSA, 2)
+    digits = F.concat(whole, fraction)
+    zeros = F.length(digits) - F.length(F.regexp_replace(digits, "0+$", ""))
+    power = F.regexp_extract(t, r"[eE]([+-]?\d+)$", 1).try_cast("int")
+    return F.length(fraction) - zeros - power
 
 
 def let(value: Column, body: Callable[[Column], Column]) -> Column:
@@ -248,12 +265,12 @@ def _timestamp(t: Column, encoding: str) -> Column:
         return iso
     if encoding == "epoch_s":
         seconds = F.when(t.rlike(_PLAIN_NUMBER), t.try_cast("decimal(20,6)"))
-        return F.coalesce(iso, F.timestamp_seconds(seconds))
+        return F.coalesce(iso, instants.epoch_timestamp(seconds, "s"))
     whole = F.when(t.rlike(_INTEGER), t.try_cast("long"))
     epoch = {
-        "epoch_ms": F.timestamp_millis(whole),
-        "epoch_us": F.timestamp_micros(whole),
-        "epoch_ns": F.timestamp_micros(F.floor(whole.cast("decimal(20,0)") / 1000).cast("long")),
+        "epoch_ms": instants.epoch_timestamp(whole, "ms"),
+        "epoch_us": instants.epoch_timestamp(whole, "us"),
+        "epoch_ns": instants.epoch_timestamp(F.floor(whole.cast("decimal(20,0)") / 1000), "us"),
     }[encoding]
     return F.coalesce(iso, epoch)
 

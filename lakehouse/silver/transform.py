@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lakehouse.bronze.transform import CDC_KEY, CDC_LSN, CDC_OP, CDC_SOURCE_TS_MS, TOMBSTONE
+from lakehouse.core import instants
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.quality.expectations import (
     ACTIONS,
@@ -146,7 +147,7 @@ def parse_records(
         *([exact_digits.variant(text)] if exact else []),
     )
     parsed_col, raw_col = F.col("_lh_parsed"), F.col("_lh_raw")
-    texts = {n: exact_digits.text(n, raw_col[n]) for n in exact}
+    texts = {n: exact_digits.text(n, raw_col[n], text) for n in exact}
     values = decode.decoded_columns(raw_col, parsed_col, schema.struct, schema.encodings, texts)
     unknown = F.array_except(F.map_keys(raw_col), declared)
     if metadata_prefix:
@@ -158,7 +159,7 @@ def parse_records(
     # Every bad name is a key of the map (unknown: from its keys; mistyped: present in it), so
     # the filtered map is not empty exactly when `bad_names` is not: the lambdas (interpreted)
     # run only for the rows that have something to rescue, and keep an exact column's digits.
-    exact_raw = exact_digits.in_map(raw_col, exact) if exact else raw_col
+    exact_raw = exact_digits.in_map(raw_col, exact, text) if exact else raw_col
     rescued = F.when(
         F.size(bad_names) > 0,
         F.to_json(F.map_filter(exact_raw, lambda k, _v: F.array_contains(bad_names, k))),
@@ -270,7 +271,7 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
         F.when(is_tombstone, F.lit(DELETE)).otherwise(F.col(CDC_OP)).alias(OP),
         F.col(CDC_LSN).alias(SEQ),
         F.when(is_tombstone, F.col("kafka_timestamp"))
-        .otherwise(F.timestamp_millis(F.col(CDC_SOURCE_TS_MS)))
+        .otherwise(instants.epoch_timestamp(F.col(CDC_SOURCE_TS_MS), "ms"))
         .alias(TS),
     )
     error = (

@@ -79,6 +79,25 @@ def test_cdc_apply_truncate_and_full_refresh(spark: SparkSession, kafka_up: Sett
     assert [tuple(r) for r in rejected.collect()] == [(6, "unknown_op", "quarantined")]
 
 
+def test_a_source_time_past_the_supported_years_does_not_fail_the_batch(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    # `source.ts_ms` in nanoseconds overflowed Spark's timestamp_millis: every run of the
+    # batch failed on it. The change itself is sound; only its source time is unusable.
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    name, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
+    record = json.loads(change("c", 100, after={"id": 1, "name": "ada"}))
+    record["source"]["ts_ms"] = 1_700_000_000_000_000_000
+    send(settings, topic, [json.dumps(record).encode()])
+    run_ingest(spark, settings, source, kind="cdc")
+    result = run_refine(spark, settings, name)
+    assert (result.rows_in, result.rows_written, result.rows_quarantined) == (1, 1, 0)
+    expected = spark.createDataFrame([(1, "ada", None)], f"{SCHEMA}, _rescued_data string")
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+
+
 def test_refine_purges_tombstones_past_their_retention_and_keeps_younger_ones(
     spark: SparkSession, kafka_up: Settings
 ) -> None:

@@ -76,6 +76,10 @@ def test_text_decimals_fit_exactly_or_do_not_decode(spark: SparkSession) -> None
             ("1e2", Decimal("100.00")),
             ("1.234e1", Decimal("12.34")),
             ("1.2345e1", None),  # 12.345
+            ("1.3290000000000000000001e1", None),  # a 22nd fraction digit is one too
+            ("1.2E+4", Decimal("12000.00")),
+            ("1200e-2", Decimal("12.00")),
+            ("-0.000e5", Decimal("0.00")),
             ("9999999999.99", Decimal("9999999999.99")),
             ("10000000000.00", None),  # 11 integer digits in DECIMAL(12,2)
             ("12,5", None),
@@ -152,7 +156,18 @@ def test_booleans_and_doubles_arrive_as_json_values_or_strings(spark: SparkSessi
 
 
 def test_dates_are_iso_or_epoch_days_as_declared(spark: SparkSession) -> None:
-    check(spark, "date", "iso", [("2024-01-05", date(2024, 1, 5)), ("19727", None)])
+    check(
+        spark,
+        "date",
+        "iso",
+        [
+            ("2024-01-05", date(2024, 1, 5)),
+            ("19727", None),
+            ("2024-01-05 garbage", None),  # Spark's own cast would take it as 2024-01-05
+            ("2024-01-05T23:30:00-05:00", date(2024, 1, 5)),  # the date as written
+            ("2024-01-05 23:30:00", date(2024, 1, 5)),
+        ],
+    )
     check(
         spark,
         "date",
@@ -181,6 +196,36 @@ def test_timestamps_decode_in_the_declared_epoch_unit_or_from_iso(spark: SparkSe
     check(spark, "timestamp", "epoch_us", [("1632463351123456", at_us), *iso])
     check(spark, "timestamp", "epoch_ns", [("1632463351123456789", at_us)])
     check(spark, "timestamp_ntz", "epoch_us", [("1632463351123456", at_us)])
+
+
+def test_epoch_counts_out_of_range_for_their_unit_do_not_decode_instead_of_failing(
+    spark: SparkSession,
+) -> None:
+    # Nanoseconds declared as milliseconds overflowed Spark's conversion, an error for the
+    # whole batch on every retry; microseconds as milliseconds land in the year ~51,700.
+    # Both are no instant Spark supports (0001-9999): they do not decode (-> quarantine).
+    last_ms = datetime(9999, 12, 31, 23, 59, 59, 999000)
+    check(
+        spark,
+        "timestamp",
+        "epoch_ms",
+        [("1632463351123456789", None), ("1632463351123456", None), ("253402300799999", last_ms)],
+    )
+    check(
+        spark,
+        "timestamp",
+        "epoch_s",
+        [("1632463351123456", None), ("9223372036854", None), ("253402300800", None)],
+    )
+    check(spark, "timestamp", "epoch_us", [("9223372036854775807", None)])
+    max_ns = datetime(2262, 4, 11, 23, 47, 16, 854775)
+    check(spark, "timestamp", "epoch_ns", [("9223372036854775807", max_ns)])
+    check(
+        spark,
+        "date",
+        "epoch_days",
+        [("1632463351", None), ("2932896", date(9999, 12, 31)), ("2932897", None)],
+    )
 
 
 def test_an_encoding_that_does_not_fit_the_column_type_is_refused_by_name() -> None:

@@ -117,6 +117,14 @@ def test_json_numbers_keep_every_digit_a_double_would_lose(
     events: list[object] = [
         b'{"id": 1, "big": 12345678901234567.89, "at_s": 1632463351.123457}',
         b'{"id": 2, "big": 123456789012345678901.5, "at_s": 1632463351}',  # 21 digits: rescued
+        # In exponent form the VARIANT, too, keeps only a double: the digits as written count.
+        b'{"id": 3, "big": 1.234567890123456789E16, "at_s": 1632463351}',
+        b'{"id": 4, "big": 1.2E+4, "at_s": 1632463351}',
+        b'{"id": 5, "big": 1.0000000000000000001E8, "at_s": 1632463351}',  # 100000000.00…1
+        # A nested `big` is told apart by its value; one written otherwise for the same
+        # double cannot be: which digits were meant is unknown, so the value is rescued.
+        b'{"id": 6, "big": 1.5E1, "nested": {"big": 2.5E1}, "at_s": 1632463351}',
+        b'{"id": 7, "big": 1E8, "nested": {"big": 1.0000000000000000001E8}, "at_s": 1632463351}',
     ]
     _, _, name, settings = events_pipeline(
         spark, kafka_up, events, mode="append", schema=schema, encodings={"at_s": "epoch_s"}
@@ -126,6 +134,11 @@ def test_json_numbers_keep_every_digit_a_double_would_lose(
         [
             (1, Decimal("12345678901234567.89"), datetime(2021, 9, 24, 6, 2, 31, 123457), None),
             (2, None, AT, '{"big":"123456789012345678901.5"}'),
+            (3, Decimal("12345678901234567.89"), AT, None),
+            (4, Decimal("12000.00"), AT, None),
+            (5, None, AT, '{"big":"1.0000000000000000001E8"}'),
+            (6, Decimal("15.00"), AT, '{"nested":"{\\"big\\":25.0}"}'),
+            (7, None, AT, '{"big":"1.0E8","nested":"{\\"big\\":1.0E8}"}'),
         ],
         f"{schema}, _rescued_data STRING",
     )
