@@ -139,10 +139,14 @@ def not_before_sql(column: str, time_format: str, kind: DataType, instant: datet
 
     raw = f"`{column}`"
     millis = (instant - EPOCH) // timedelta(milliseconds=1)
+    # A count before the year 0001 is unreadable too (`lakehouse.core.instants`); one after
+    # 9999 is after any boundary anyway.
+    first_ms = instants.MIN_MICROS // 1000
     if time_format == "epoch_ms" and isinstance(kind, IntegralType):
-        return f"({raw} >= {millis} OR {raw} IS NULL)"
+        return f"({raw} >= {millis} OR {raw} IS NULL OR {raw} < {first_ms})"
     if time_format == "epoch_s" and isinstance(kind, IntegralType):
-        return f"({raw} >= {-(-millis // 1000)} OR {raw} IS NULL)"  # seconds at or after it
+        seconds = -(-millis // 1000)  # seconds at or after it
+        return f"({raw} >= {seconds} OR {raw} IS NULL OR {raw} < {first_ms // 1000})"
     if time_format == "timestamp" and isinstance(kind, TimestampType):
         return f"({raw} >= {timestamp_sql(instant)} OR {raw} IS NULL)"
     decoded = event_time_sql(column, time_format)

@@ -158,11 +158,28 @@ def _decimal_of(t: Column, data_type: DecimalType) -> Column:
     # Fraction digits beyond the scale must be zeros; the cast itself checks the precision.
     fraction = F.regexp_extract(t, r"\.(\d*?)0*$", 1)
     plain = t.rlike(_PLAIN_NUMBER) & (F.length(fraction) <= data_type.scale)
-    exponent = t.rlike(_EXPONENT_NUMBER) & (_exponent_fraction_digits(t) <= data_type.scale)
+    # Spark's cast throws (try_cast too: "BigInteger would overflow") for an exponent far past
+    # any decimal's reach ("100e2147483647"); no number that fits one is written with an
+    # exponent larger than its own text plus 38 digits, so the cast is never tried past that.
+    power = _power(t)
+    reach = F.length(t).cast("long") + 40
+    exponent = (
+        t.rlike(_EXPONENT_NUMBER)
+        & power.between(-reach, reach)
+        & (_exponent_fraction_digits(t, power) <= data_type.scale)
+    )
     return F.when(plain | exponent, value)
 
 
-def _exponent_fraction_digits(t: Column) -> Column:
+def _power(t: Column) -> Column:
+    """The exponent of the number `t` as a long (null past a long, or without one): a long,
+    so one near an int's limits is a large count, never an overflow error mid-query."""
+    from pyspark.sql import functions as F
+
+    return F.regexp_extract(t, r"[eE]([+-]?\d+)$", 1).try_cast("long")
+
+
+def _exponent_fraction_digits(t: Column, power: Column) -> Column:
     """How many fraction digits the number `t` (exponent form) has, counted on its text so
     that none is missed however far it is (`1.3290000000000000000001e1` has 22): the
     mantissa's fraction digits, less its trailing zeros, less the exponent."""
@@ -170,9 +187,12 @@ def _exponent_fraction_digits(t: Column) -> Column:
 
     whole, fraction = F.regexp_extract(t, _MANTISSA, 1), F.regexp_extract(t, _MANTISSA, 2)
     digits = F.concat(whole, fraction)
-    zeros = F.length(digits) - F.length(F.regexp_replace(digits, "0+$", ""))
-    power = F.regexp_extract(t, r"[eE]([+-]?\d+)$", 1).try_cast("int")
-    return F.length(fraction) - zeros - power
+    significant = F.regexp_replace(digits, "0+$", "")
+    zeros = F.length(digits) - F.length(significant)
+    # Zero has no fraction digits however it is written (`0E-7`: Java's BigDecimal zero).
+    return F.when(significant == "", F.lit(0)).otherwise(
+        F.length(fraction).cast("long") - zeros - power
+    )
 
 
 def let(value: Column, body: Callable[[Column], Column]) -> Column:

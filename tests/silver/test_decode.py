@@ -80,6 +80,10 @@ def test_text_decimals_fit_exactly_or_do_not_decode(spark: SparkSession) -> None
             ("1.2E+4", Decimal("12000.00")),
             ("1200e-2", Decimal("12.00")),
             ("-0.000e5", Decimal("0.00")),
+            ("0E-7", Decimal("0.00")),  # Java's BigDecimal zero at scale 7
+            ("1e-2147483648", None),  # an exponent past an int: not an error mid-query
+            ("1.5e-2147483647", None),
+            ("100e2147483647", None),
             ("9999999999.99", Decimal("9999999999.99")),
             ("10000000000.00", None),  # 11 integer digits in DECIMAL(12,2)
             ("12,5", None),
