@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -255,6 +256,7 @@ def main() -> None:
                 print(json.dumps(result))
     finally:
         spark.stop()
+        shutil.rmtree(work, ignore_errors=True)  # tens of runs' tables: GBs left in /tmp
 
     def median(job: str, key: str) -> float:
         return statistics.median(float(r[key]) for r in results if r["job"] == job)

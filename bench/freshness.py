@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -372,6 +373,7 @@ def main() -> None:
         exits = [f"{j.name}: {e}" for j in supervisor.jobs for e in j.exits]
         print(f"\njob exits other than the final stop: {exits or 'none'}; logs in {work / 'logs'}")
     spark.stop()
+    shutil.rmtree(work / "lake", ignore_errors=True)  # the logs stay; the tables would pile up
 
 
 if __name__ == "__main__":
