@@ -225,14 +225,16 @@ def _checked_input(
     warn/drop rule; refuses the backfill on any failed check."""
     schema = store.row_schema(realtime)
     kind = options.format or backfill_input.guess_format(spark, options.input)
-    conformed, columns_check = backfill_input.read(spark, options.input, kind, schema)
+    silver = settings.silver_table(spec.realtime)
+    conformed, columns_check = backfill_input.read(
+        spark, options.input, kind, schema, silver.encodings
+    )
     conformed = conformed.persist()
     checks: list[Check | None] = [columns_check, backfill_input.check_values(conformed, schema)]
     rows = backfill_input.with_buckets(
         conformed.select(*[f"`{f.name}`" for f in schema.fields]), spec
     )
     checks.append(backfill_input.check_window(rows, spec, options.start, options.end))
-    silver = settings.silver_table(spec.realtime)
     checks.append(backfill_input.check_keys(rows, silver.keys))
     kept, refusing, failures = backfill_input.check_rules(rows, silver)
     problems = [c for c in [*checks, *refusing] if c is not None]

@@ -11,7 +11,7 @@ their rows and `warn` ones are counted, as in silver.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ from lakehouse.core.specs import OfflineTableSettings, SilverTableSettings
 from lakehouse.offline import buckets
 from lakehouse.offline.store import BUCKET, with_bucket
 from lakehouse.quality import expectations as rules
+from lakehouse.silver import decode
 from lakehouse.silver.transform import RESCUED
 
 if TYPE_CHECKING:
@@ -82,11 +83,13 @@ def guess_format(spark: SparkSession, path: str) -> str:
 
 
 def read(
-    spark: SparkSession, path: str, kind: str, schema: StructType
+    spark: SparkSession, path: str, kind: str, schema: StructType, declared: Mapping[str, str]
 ) -> tuple[DataFrame, Check | None]:
     """The input conformed to `schema` (the realtime row's columns), and the check of the
-    columns it has (missing or unknown ones). Text formats are read as strings and converted
-    here, so a number sent as a string is read, and a value that fits nowhere is caught."""
+    columns it has (missing or unknown ones). Text formats are read as strings and decoded
+    as silver decodes an events feed (the realtime table's `encodings`, `declared`, over ISO
+    times and decimal text), so a number sent as a string is read, and a value that fits
+    nowhere, or only rounded, is caught."""
     if not fs.exists(spark, path):
         raise UsageError(f"--input {path}: no such file or directory")
     if kind in ("json", "csv"):
@@ -113,10 +116,17 @@ def read(
         (F.col(f"`{f.name}`") if f.name in present else F.lit(None)).alias(f"_raw_{f.name}")
         for f in schema.fields
     ]
-    conformed = raw.select(*columns).select(
+    given = raw.select(*columns)
+    encodings = decode.resolve_encodings(schema, declared, "events")
+    conformed = given.select(
         "*",
         *[
-            _convert(f"_raw_{f.name}", f.dataType, kind in ("json", "csv")).alias(f.name)
+            _convert(
+                f"_raw_{f.name}",
+                given.schema[f"_raw_{f.name}"].dataType,
+                f.dataType,
+                encodings.get(f.name, ""),
+            ).alias(f.name)
             for f in schema.fields
         ],
     )
@@ -130,18 +140,31 @@ def _text_columns(spark: SparkSession, path: str, kind: str) -> list[str]:
     return spark.read.json(path).columns
 
 
-def _convert(raw: str, kind: DataType, text: bool) -> Column:
-    """The raw input column as `kind`; null when it does not fit (`check_values` finds those).
-    Text inputs carry a nested value as its JSON text."""
+def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column:
+    """The raw input column as `kind`, exactly or null (`check_values` reports the nulls):
+    nothing is rounded or truncated to fit. Text goes through silver's decoders (a nested
+    value is its JSON text); a typed value is kept when it casts back to itself (a DOUBLE
+    13.299, or a DECIMAL(12,3) one, does not fit DECIMAL(12,2); a DOUBLE 1.5 no BIGINT)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType, StringType, StructType
 
     column = F.col(f"`{raw}`")
-    if isinstance(kind, StringType):
-        return column.cast("string")
-    if text and isinstance(kind, StructType | ArrayType | MapType):
-        return F.from_json(column, kind.simpleString())
-    return column.try_cast(kind)
+    if isinstance(given, StringType):
+        if isinstance(kind, StructType | ArrayType | MapType):
+            return F.from_json(column, kind.simpleString())
+        decoded = decode.decode(column, kind, encoding)
+        return column.try_cast(kind) if decoded is None else decoded
+    cast = column.try_cast(kind)
+    if given == kind or not (_is_atomic(given) and _is_atomic(kind)):
+        return cast
+    return F.when(cast.cast(given).eqNullSafe(column), cast)
+
+
+def _is_atomic(kind: DataType) -> bool:
+    """A type whose cast can be checked by casting back (not NULL: an absent column)."""
+    from pyspark.sql.types import ArrayType, MapType, NullType, StructType
+
+    return not isinstance(kind, NullType | StructType | ArrayType | MapType)
 
 
 def check_values(conformed: DataFrame, schema: StructType) -> Check | None:

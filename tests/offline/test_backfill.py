@@ -26,6 +26,7 @@ from tests.offline.helpers import (
     T0,
     Order,
     frame,
+    ms,
     offline_rows,
     offline_setup,
     order,
@@ -268,6 +269,125 @@ def test_bad_input_is_refused_before_anything_is_written(
         )
     assert tables.latest_version(spark, store.offline_path(settings, offline)) == version
     assert audit.backfills(spark, settings, offline).count() == 0
+
+
+def write_records(path: Path, records: list[dict[str, Any]]) -> str:
+    """JSON lines exactly as given (numbers and strings as a real feed mixes them)."""
+    base = {"customer_id": 1, "order_status": "paid", "ts": ms(T0 + 2.5 * H)}
+    path.write_text("".join(json.dumps({**base, **r}) + "\n" for r in records))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("record", "amount"),
+    [
+        ({"order_id": 1, "amount": "13.290"}, "13.29"),
+        ({"order_id": 1, "amount": "1.329e1"}, "13.29"),  # exponent form, exact
+        ({"order_id": 1, "amount": 13.29}, "13.29"),  # a JSON number
+        ({"order_id": "1.0", "amount": "7"}, "7.00"),  # an integer written as 1.0
+    ],
+)
+def test_text_values_that_fit_exactly_are_backfilled(
+    spark: SparkSession,
+    moved: tuple[str, Settings, list[Order]],
+    tmp_path: Path,
+    record: dict[str, Any],
+    amount: str,
+) -> None:
+    offline, settings, orders = moved
+    run(
+        spark,
+        settings,
+        offline,
+        write_records(tmp_path / "f.jsonl", [record]),
+        T0 + 2 * H,
+        T0 + 4 * H,
+    )
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline),
+        frame(spark, [orders[0], order(1, T0 + 2.5 * H, amount), orders[2], orders[3]]),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"order_id": 1, "amount": "13.299"},  # three places in DECIMAL(12,2): not rounded
+        {"order_id": 1, "amount": 13.299},
+        {"order_id": 1, "amount": "1.3299e1"},
+        {"order_id": 1, "amount": "100e2147483647"},  # far past any decimal: no crash either
+        {"order_id": 1, "amount": "12345678901.00"},  # eleven integer digits in (12,2)
+        {"order_id": "1.5", "amount": "7"},  # not an integer: not truncated to 1
+        {"order_id": 1, "amount": "7", "ts": "1767234600000.5"},
+    ],
+)
+def test_text_values_that_do_not_fit_exactly_refuse_the_backfill(
+    spark: SparkSession,
+    moved: tuple[str, Settings, list[Order]],
+    tmp_path: Path,
+    record: dict[str, Any],
+) -> None:
+    offline, settings, _orders = moved
+    version = tables.latest_version(spark, store.offline_path(settings, offline))
+    source = write_records(tmp_path / "f.jsonl", [record])
+    with pytest.raises(BackfillRefused, match="values that do not fit"):
+        run(spark, settings, offline, source, T0 + 2 * H, T0 + 4 * H)
+    assert tables.latest_version(spark, store.offline_path(settings, offline)) == version
+
+
+TYPED = "order_id {id}, customer_id BIGINT, order_status STRING, amount {amount}, ts BIGINT"
+
+
+@pytest.mark.parametrize(
+    ("id_type", "amount_type", "order_id", "amount", "fits"),
+    [
+        ("BIGINT", "DOUBLE", 1, 13.29, True),
+        ("BIGINT", "DECIMAL(12,3)", 1, Decimal("13.290"), True),
+        ("DOUBLE", "DECIMAL(12,2)", 1.0, Decimal("13.29"), True),
+        ("BIGINT", "DOUBLE", 1, 13.299, False),  # a cast would round it to 13.30
+        ("BIGINT", "DECIMAL(12,3)", 1, Decimal("13.299"), False),
+        ("DOUBLE", "DECIMAL(12,2)", 1.5, Decimal("13.29"), False),  # a cast would truncate
+    ],
+)
+def test_a_typed_input_value_is_backfilled_only_when_it_fits_exactly(
+    spark: SparkSession,
+    moved: tuple[str, Settings, list[Order]],
+    tmp_path: Path,
+    id_type: str,
+    amount_type: str,
+    order_id: Any,
+    amount: Any,
+    fits: bool,
+) -> None:
+    offline, settings, orders = moved
+    path = str(tmp_path / "typed")
+    row = (order_id, 1, "paid", amount, ms(T0 + 2.5 * H))
+    spark.createDataFrame([row], TYPED.format(id=id_type, amount=amount_type)).write.parquet(path)
+    if not fits:
+        with pytest.raises(BackfillRefused, match="values that do not fit"):
+            run(spark, settings, offline, path, T0 + 2 * H, T0 + 4 * H)
+        return
+    run(spark, settings, offline, path, T0 + 2 * H, T0 + 4 * H)
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline),
+        frame(spark, [orders[0], order(1, T0 + 2.5 * H, "13.29"), orders[2], orders[3]]),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_a_csv_value_that_does_not_fit_exactly_refuses_the_backfill(
+    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+) -> None:
+    offline, settings, _orders = moved
+    path = tmp_path / "fix.csv"
+    path.write_text(
+        f"order_id,customer_id,order_status,amount,ts\n1,1,paid,13.299,{ms(T0 + 3 * H)}\n"
+    )
+    with pytest.raises(BackfillRefused, match=r"values that do not fit.*13\.299"):
+        run(spark, settings, offline, str(path), T0 + 2 * H, T0 + 4 * H)
 
 
 def test_windows_off_the_edges_or_not_closed_are_refused(
