@@ -77,18 +77,14 @@ def _narrow_field(path: str) -> str:
     return f"coalesce({NARROW}.payload.{path}, {NARROW}.{path})"
 
 
-def _narrow_op() -> str:
-    return f"coalesce({_narrow_field('__op')}, {_narrow_field('op')})"
+def _plain() -> Column:
+    """The narrow read decides the row: it read every field as declared and found a known op
+    (by `_columns`' rule), and the value is UTF-8 (the VARIANT rules' first test)."""
+    from pyspark.sql import functions as F
 
-
-def _plain() -> str:
-    """The narrow read decides the row: it read every field as declared and found a known op,
-    and the value is UTF-8 (the VARIANT rules' first test)."""
-    ops = ", ".join(f"'{op}'" for op in DEBEZIUM_OPS)
-    return (
-        f"coalesce({NARROW} IS NOT NULL AND {NARROW}.{_CORRUPT} IS NULL "
-        f"AND {_narrow_op()} IN ({ops}) AND {IS_UTF8}, false) AS {PLAIN}"
-    )
+    known_op = _narrow_columns()[CDC_OP].isin(*DEBEZIUM_OPS)
+    read = F.expr(f"{NARROW} IS NOT NULL AND {NARROW}.{_CORRUPT} IS NULL AND {IS_UTF8}")
+    return F.coalesce(read & known_op, F.lit(False)).alias(PLAIN)
 
 
 def _parsed_envelope(max_value_bytes: int) -> str:
@@ -215,7 +211,7 @@ def with_cdc_columns(lineage: DataFrame, max_value_bytes: int) -> DataFrame:
     does not merge projections that would repeat a costly expression: each step's column is
     read more than once by the next)."""
     narrow = lineage.selectExpr("*", _narrow_read(max_value_bytes))
-    plain = narrow.selectExpr("*", _plain())
+    plain = narrow.select("*", _plain())
     parsed = plain.selectExpr("*", _parsed_envelope(max_value_bytes))
     kept = [c for c in parsed.columns if c not in (NARROW, PLAIN, ENVELOPE)]
     return parsed.select(*kept, *_cdc_columns(max_value_bytes))

@@ -141,12 +141,12 @@ def not_before_sql(column: str, time_format: str, kind: DataType, instant: datet
     millis = (instant - EPOCH) // timedelta(milliseconds=1)
     # A count before the year 0001 is unreadable too (`lakehouse.core.instants`); one after
     # 9999 is after any boundary anyway.
-    first_ms = instants.MIN_MICROS // 1000
+    first_ms, first_s = instants.MIN_MICROS // 1_000, instants.MIN_MICROS // 1_000_000
     if time_format == "epoch_ms" and isinstance(kind, IntegralType):
         return f"({raw} >= {millis} OR {raw} IS NULL OR {raw} < {first_ms})"
     if time_format == "epoch_s" and isinstance(kind, IntegralType):
         seconds = -(-millis // 1000)  # seconds at or after it
-        return f"({raw} >= {seconds} OR {raw} IS NULL OR {raw} < {first_ms // 1000})"
+        return f"({raw} >= {seconds} OR {raw} IS NULL OR {raw} < {first_s})"
     if time_format == "timestamp" and isinstance(kind, TimestampType):
         return f"({raw} >= {timestamp_sql(instant)} OR {raw} IS NULL)"
     decoded = event_time_sql(column, time_format)
