@@ -8,11 +8,14 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
+
 from lakehouse.connectors.debezium import delete_connector
 from lakehouse.connectors.rest import connector_url, http
+from lakehouse.connectors.scales import check_decimal_scales, declared_decimals
 from lakehouse.core import kafka
 from lakehouse.core.errors import EXIT_FAILED, EXIT_USAGE
-from lakehouse.core.settings import Settings
+from lakehouse.core.settings import Settings, load_settings
 from tests.bronze.helpers import wait_for_records
 from tests.conftest import pg_connect
 from tests.jobs.helpers import conf_overlay, last_line, overlay_env, run_cli
@@ -111,3 +114,78 @@ def test_a_connect_worker_that_cannot_be_reached_ends_the_command_with_one_line(
         "refused); is the worker running? (dev stack: `lakehouse services start connect`)"
     )
     assert "Traceback" not in done.stderr
+
+
+def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_before_apply(
+    kafka_up: Settings, tmp_path: Path
+) -> None:
+    """Precise decimals are unscaled digits: DECIMAL(12,2) over numeric(12,3) would store
+    13.299 as 132.99. `connectors apply` refuses it, and creates no connector."""
+    table = f"t_{uuid.uuid4().hex[:8]}"
+    source, prefix, name = f"cdc_{table}", f"p{table[-8:]}", f"conn-{table}"
+    connector = {"name": name, "topic_prefix": prefix, "tables": [f"public.{table}"]}
+
+    def declare(amount: str, mode: str = "precise") -> dict[str, object]:
+        return {
+            "sources": {
+                source: {
+                    "kind": "cdc",
+                    "topics": [f"{prefix}.public.{table}"],
+                    "decimal_handling_mode": mode,
+                    "connector": connector,
+                }
+            },
+            "silver": {
+                f"s_{table}": {
+                    "source": source,
+                    "mode": "scd1",
+                    "keys": ["id"],
+                    "schema": f"id INT, amount {amount}, price DECIMAL(10, 2), free DECIMAL(20,4)",
+                }
+            },
+        }
+
+    with pg_connect(kafka_up) as conn:
+        conn.execute(
+            f"CREATE TABLE public.{table} "
+            "(id int PRIMARY KEY, amount numeric(12,3), price numeric(10,2), free numeric)"
+        )
+    try:
+        refused = run_cli(
+            ["connectors", "apply", source],
+            overlay_env(kafka_up, conf_overlay(tmp_path / "a", declare("DECIMAL(12,2)"))),
+        )
+        assert refused.returncode == EXIT_USAGE, refused.stderr[-3000:]
+        assert last_line(refused).endswith(
+            f"silver.s_{table}.schema: amount is DECIMAL(12,2) but public.{table}.amount has "
+            "scale 3; Debezium's precise decimals carry no scale, so silver would read every "
+            "value at scale 2 (off by a factor of 10^1). Declare amount DECIMAL(p,3), or set "
+            "the source's decimal_handling_mode: string"
+        )
+        assert http("GET", connector_url(kafka_up, name))[0] == 404
+        # The same scale, or text decimals (read exactly, or quarantined): nothing to refuse.
+        for amount, mode in (("DECIMAL(14,3)", "precise"), ("DECIMAL(12,2)", "string")):
+            conf = conf_overlay(tmp_path / f"{mode}{amount[-2]}", declare(amount, mode))
+            settings = load_settings("test", conf)
+            check_decimal_scales(settings, source)
+    finally:
+        delete_connector(kafka_up, name, slot_name=f"dbz_conn_{table}")  # had it been applied
+        with pg_connect(kafka_up) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+
+
+@pytest.mark.pure
+def test_only_top_level_decimal_columns_of_the_ddl_are_compared() -> None:
+    ddl = (
+        "id INT, `amount` DECIMAL(12, 2), line STRUCT<price: DECIMAL(9,1), qty INT>, "
+        "`a, b` numeric(5,0), tags MAP<STRING, DECIMAL(3,1)>, note STRING, dec DEC(4,4), "
+        "whole DECIMAL(7), plain decimal, kept DECIMAL(6,2) NOT NULL, decimals STRING"
+    )
+    assert declared_decimals(ddl) == {
+        "amount": (12, 2),
+        "a, b": (5, 0),
+        "dec": (4, 4),
+        "whole": (7, 0),
+        "plain": (10, 0),
+        "kept": (6, 2),
+    }
