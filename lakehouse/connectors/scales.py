@@ -13,18 +13,24 @@ caught the next time it is."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 
 from lakehouse.connectors import postgres
-from lakehouse.core.errors import UsageError
+from lakehouse.core.errors import ServiceUnreachable, UsageError
 from lakehouse.core.settings import Settings
 
-# `name DECIMAL(p, s)`; Spark reads DECIMAL(p) as scale 0 and DECIMAL alone as DECIMAL(10, 0).
+log = logging.getLogger(__name__)
+
+# `name DECIMAL(p, s)` or `name: DECIMAL(p, s)`; Spark reads DECIMAL(p) as scale 0 and DECIMAL
+# alone as DECIMAL(10, 0).
 _DECIMAL = re.compile(
-    r"(?is)\s*(?:`([^`]+)`|(\S+))\s+(?:DECIMAL|DEC|NUMERIC)\b"
+    r"(?is)\s*(?:`([^`]+)`|([^\s:`]+))\s*(?::\s*|\s)\s*(?:DECIMAL|DEC|NUMERIC)\b"
     r"(?:\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?(?:\s|$)"  # then NOT NULL, COMMENT, ...
 )
+# The connector settings that point it at another database than `postgres:`'s.
+_DATABASE_KEYS = ("database.hostname", "database.port", "database.dbname", "database.user")
 
 
 def declared_decimals(ddl: str) -> dict[str, tuple[int, int]]:
@@ -38,16 +44,19 @@ def declared_decimals(ddl: str) -> dict[str, tuple[int, int]]:
 
 
 def _top_level(ddl: str) -> list[str]:
-    """The DDL split at the commas outside `<...>`, `(...)` and backquotes."""
-    parts, depth, quoted, start = [], 0, False, 0
+    """The DDL split at the commas outside `<...>`, `(...)`, backquotes and quoted strings (a
+    COMMENT may hold any of them)."""
+    parts, depth, quote, start = [], 0, "", 0
     for i, char in enumerate(ddl):
-        if char == "`":
-            quoted = not quoted
-        elif not quoted and char in "<(":
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "`'\"":
+            quote = char
+        elif char in "<(":
             depth += 1
-        elif not quoted and char in ">)":
+        elif char in ">)":
             depth -= 1
-        elif not quoted and depth == 0 and char == ",":
+        elif depth == 0 and char == ",":
             parts.append(ddl[start:i])
             start = i + 1
     return [*parts, ddl[start:]]
@@ -57,9 +66,19 @@ def check_decimal_scales(settings: Settings, source_name: str) -> None:
     """Refuse (UsageError) a silver table of `source_name` that reads a precise decimal at a
     scale other than its PostgreSQL column's."""
     source = settings.sources[source_name]
-    if source.connector is None:
+    connector = source.connector
+    if connector is None:
         return
-    scales = _postgres_scales(settings, source.connector.tables)
+    elsewhere = [k for k in _DATABASE_KEYS if k in connector.config]
+    if elsewhere:
+        # Its database is not the one this can reach (the worker resolves its password).
+        log.warning(
+            "connector of %s: decimal scales not compared (connector.config sets %s)",
+            source_name,
+            ", ".join(elsewhere),
+        )
+        return
+    scales = _postgres_scales(settings, connector.tables)
     for table_name, table in settings.silver.items():
         if table.source != source_name:
             continue
@@ -89,13 +108,24 @@ def _postgres_scales(
     settings: Settings, tables: tuple[str, ...]
 ) -> Mapping[str, dict[str, int | None]]:
     """column -> {schema.table: its numeric scale (None: unconstrained)} over `tables`."""
-    with postgres.connect(settings) as conn:
-        rows = conn.execute(
-            "SELECT column_name, table_schema || '.' || table_name, numeric_scale "
-            "FROM information_schema.columns "
-            "WHERE data_type = 'numeric' AND table_schema || '.' || table_name = ANY(%s)",
-            (list(tables),),
-        ).fetchall()
+    import psycopg
+
+    pg = settings.postgres
+    try:
+        with postgres.connect(settings) as conn:
+            # Debezium matches `table.include.list` ignoring case.
+            rows = conn.execute(
+                "SELECT column_name, table_schema || '.' || table_name, numeric_scale "
+                "FROM information_schema.columns WHERE data_type = 'numeric' "
+                "AND lower(table_schema || '.' || table_name) = ANY(%s)",
+                ([t.lower() for t in tables],),
+            ).fetchall()
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ServiceUnreachable(
+            f"PostgreSQL at {pg.host}:{pg.port} (postgres:), to compare the silver tables' "
+            f"decimal scales with the captured columns before applying: {first}"
+        ) from None
     out: dict[str, dict[str, int | None]] = {}
     for column, where, scale in rows:
         out.setdefault(column, {})[where] = scale

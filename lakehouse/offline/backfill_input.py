@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import fs
+from lakehouse.core.config import SettingsError
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.core.specs import OfflineTableSettings, SilverTableSettings
 from lakehouse.offline import buckets
@@ -92,13 +93,18 @@ def read(
     nowhere, or only rounded, is caught."""
     if not fs.exists(spark, path):
         raise UsageError(f"--input {path}: no such file or directory")
-    if kind in ("json", "csv"):
+    if kind == "csv":
+        # By the header's names, every value a string: a schema given to the CSV reader would
+        # be applied by position whatever the header says (a file with two columns swapped
+        # would load each into the other).
+        raw = spark.read.option("header", "true").csv(path)
+        present = raw.columns
+    elif kind == "json":
         from pyspark.sql.types import StringType, StructField, StructType
 
         text = StructType([StructField(f.name, StringType()) for f in schema.fields])
-        reader = spark.read.schema(text)
-        raw = reader.option("header", "true").csv(path) if kind == "csv" else reader.json(path)
-        present = _text_columns(spark, path, kind)
+        raw = spark.read.schema(text).json(path)  # by name; a number's text as written
+        present = spark.read.json(path).columns
     else:
         raw = spark.read.format(kind).load(path)
         present = raw.columns
@@ -117,7 +123,7 @@ def read(
         for f in schema.fields
     ]
     given = raw.select(*columns)
-    encodings = decode.resolve_encodings(schema, declared, "events")
+    encodings = _text_encodings(schema, declared)
     conformed = given.select(
         "*",
         *[
@@ -133,30 +139,55 @@ def read(
     return conformed, problem
 
 
-def _text_columns(spark: SparkSession, path: str, kind: str) -> list[str]:
-    """The column names a JSON or CSV input actually carries."""
-    if kind == "csv":
-        return spark.read.option("header", "true").csv(path).columns
-    return spark.read.json(path).columns
+def _text_encodings(schema: StructType, declared: Mapping[str, str]) -> dict[str, str]:
+    """How the input's values are read: the realtime table's `encodings` over ISO times and
+    decimal text; a `base64` decimal (Debezium's bytes) is read as text, which is what a file of
+    corrected records holds (`1000` is valid base64 too: read as bytes it would be -26672.12)."""
+    try:
+        encodings = decode.resolve_encodings(schema, declared, "events")
+    except ValueError as exc:
+        raise SettingsError(f"encodings of the realtime table: {exc}") from None
+    return {c: "text" if e == "base64" else e for c, e in encodings.items()}
 
 
 def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column:
     """The raw input column as `kind`, exactly or null (`check_values` reports the nulls):
     nothing is rounded or truncated to fit. Text goes through silver's decoders (a nested
-    value is its JSON text); a typed value is kept when it casts back to itself (a DOUBLE
-    13.299, or a DECIMAL(12,3) one, does not fit DECIMAL(12,2); a DOUBLE 1.5 no BIGINT)."""
+    value is its JSON text, binary is base64, as silver reads them); a number for a date or a
+    timestamp too (by the column's encoding: a cast would read epoch milliseconds as seconds).
+    Another typed value is kept when it casts back to itself (a DOUBLE 13.299, or a
+    DECIMAL(12,3) one, does not fit DECIMAL(12,2); a DOUBLE 1.5 no BIGINT). A nested value
+    must come with the column's own type: a cast would pair struct fields by position and
+    round inside."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, MapType, StringType, StructType
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        DateType,
+        MapType,
+        NumericType,
+        StringType,
+        StructType,
+        TimestampNTZType,
+        TimestampType,
+    )
 
     column = F.col(f"`{raw}`")
+    timely = isinstance(kind, DateType | TimestampType | TimestampNTZType)
+    if isinstance(given, NumericType) and timely:
+        column, given = column.cast("string"), StringType()
     if isinstance(given, StringType):
         if isinstance(kind, StructType | ArrayType | MapType):
             return F.from_json(column, kind.simpleString())
+        if isinstance(kind, BinaryType):
+            return F.try_to_binary(column, F.lit("base64"))
         decoded = decode.decode(column, kind, encoding)
         return column.try_cast(kind) if decoded is None else decoded
+    if given.simpleString() == kind.simpleString():  # the same type (nullability aside)
+        return column.cast(kind)
+    if not (_is_atomic(given) and _is_atomic(kind)):
+        return F.lit(None).cast(kind)  # NullType: an absent column; nested: refused
     cast = column.try_cast(kind)
-    if given == kind or not (_is_atomic(given) and _is_atomic(kind)):
-        return cast
     return F.when(cast.cast(given).eqNullSafe(column), cast)
 
 

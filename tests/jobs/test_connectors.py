@@ -6,6 +6,7 @@ and is deleted with its replication slot."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from lakehouse.connectors.debezium import delete_connector
 from lakehouse.connectors.rest import connector_url, http
 from lakehouse.connectors.scales import check_decimal_scales, declared_decimals
 from lakehouse.core import kafka
-from lakehouse.core.errors import EXIT_FAILED, EXIT_USAGE
+from lakehouse.core.errors import EXIT_FAILED, EXIT_USAGE, ServiceUnreachable, UsageError
 from lakehouse.core.settings import Settings, load_settings
 from tests.bronze.helpers import wait_for_records
 from tests.conftest import pg_connect
@@ -123,14 +124,16 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
     13.299 as 132.99. `connectors apply` refuses it, and creates no connector."""
     table = f"t_{uuid.uuid4().hex[:8]}"
     source, prefix, name = f"cdc_{table}", f"p{table[-8:]}", f"conn-{table}"
-    connector = {"name": name, "topic_prefix": prefix, "tables": [f"public.{table}"]}
+    tables = [f"public.{table}"]
+    connector: dict[str, object] = {"name": name, "topic_prefix": prefix, "tables": tables}
 
     def declare(amount: str, mode: str = "precise") -> dict[str, object]:
+        """`amount`: what follows the column's name."""
         return {
             "sources": {
                 source: {
                     "kind": "cdc",
-                    "topics": [f"{prefix}.public.{table}"],
+                    "topics": [f"{prefix}.{t}" for t in tables],
                     "decimal_handling_mode": mode,
                     "connector": connector,
                 }
@@ -140,7 +143,7 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
                     "source": source,
                     "mode": "scd1",
                     "keys": ["id"],
-                    "schema": f"id INT, amount {amount}, price DECIMAL(10, 2), free DECIMAL(20,4)",
+                    "schema": f"id INT, amount{amount}, price DECIMAL(10, 2), free DECIMAL(20,4)",
                 }
             },
         }
@@ -153,7 +156,7 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
     try:
         refused = run_cli(
             ["connectors", "apply", source],
-            overlay_env(kafka_up, conf_overlay(tmp_path / "a", declare("DECIMAL(12,2)"))),
+            overlay_env(kafka_up, conf_overlay(tmp_path / "a", declare(" DECIMAL(12,2)"))),
         )
         assert refused.returncode == EXIT_USAGE, refused.stderr[-3000:]
         assert last_line(refused).endswith(
@@ -164,10 +167,25 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
         )
         assert http("GET", connector_url(kafka_up, name))[0] == 404
         # The same scale, or text decimals (read exactly, or quarantined): nothing to refuse.
-        for amount, mode in (("DECIMAL(14,3)", "precise"), ("DECIMAL(12,2)", "string")):
+        for amount, mode in ((" DECIMAL(14,3)", "precise"), (" DECIMAL(12,2)", "string")):
             conf = conf_overlay(tmp_path / f"{mode}{amount[-2]}", declare(amount, mode))
             settings = load_settings("test", conf)
             check_decimal_scales(settings, source)
+        # Debezium matches the table list ignoring case; `name: type` is DDL too.
+        tables[:] = [f"PUBLIC.{table.upper()}"]
+        settings = load_settings("test", conf_overlay(tmp_path / "b", declare(": DECIMAL(12,2)")))
+        with pytest.raises(UsageError, match=r"amount is DECIMAL\(12,2\) but public\."):
+            check_decimal_scales(settings, source)
+        # A connector pointed at another database: not compared (nothing this can reach).
+        connector["config"] = {"database.hostname": "db.internal"}
+        settings = load_settings("test", conf_overlay(tmp_path / "c", declare(" DECIMAL(12,2)")))
+        check_decimal_scales(settings, source)
+        # PostgreSQL down: one line naming it, a retry may succeed.
+        del connector["config"]
+        settings = load_settings("test", conf_overlay(tmp_path / "d", declare(" DECIMAL(12,2)")))
+        down = replace(settings, postgres=replace(settings.postgres, port=9))
+        with pytest.raises(ServiceUnreachable, match=r"PostgreSQL at 127.0.0.1:9 \(postgres:\)"):
+            check_decimal_scales(down, source)
     finally:
         delete_connector(kafka_up, name, slot_name=f"dbz_conn_{table}")  # had it been applied
         with pg_connect(kafka_up) as conn:
@@ -179,7 +197,8 @@ def test_only_top_level_decimal_columns_of_the_ddl_are_compared() -> None:
     ddl = (
         "id INT, `amount` DECIMAL(12, 2), line STRUCT<price: DECIMAL(9,1), qty INT>, "
         "`a, b` numeric(5,0), tags MAP<STRING, DECIMAL(3,1)>, note STRING, dec DEC(4,4), "
-        "whole DECIMAL(7), plain decimal, kept DECIMAL(6,2) NOT NULL, decimals STRING"
+        "whole DECIMAL(7), plain decimal, kept DECIMAL(6,2) NOT NULL, decimals STRING, "
+        "said STRING COMMENT 'a (b, <c', c1: DECIMAL(3,2), c2:decimal(4,1), `x:y` DEC(2,1)"
     )
     assert declared_decimals(ddl) == {
         "amount": (12, 2),
@@ -188,4 +207,7 @@ def test_only_top_level_decimal_columns_of_the_ddl_are_compared() -> None:
         "whole": (7, 0),
         "plain": (10, 0),
         "kept": (6, 2),
+        "c1": (3, 2),
+        "c2": (4, 1),
+        "x:y": (2, 1),
     }

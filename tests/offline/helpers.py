@@ -38,20 +38,32 @@ def order(order_id: int, at: datetime, amount: str = "10.00", customer: int = 1)
     return (order_id, customer, "paid", Decimal(amount), ms(at))
 
 
-def row_schema() -> StructType:
-    schema = _parse_datatype_string(ORDER_COLUMNS)
+def row_schema(columns: str = ORDER_COLUMNS) -> StructType:
+    schema = _parse_datatype_string(columns)
     assert isinstance(schema, StructType)
     return schema
 
 
 def offline_setup(
-    spark: SparkSession, settings: Settings, bucket: str = "2h", buffer: str = "1m", **spec: Any
+    spark: SparkSession,
+    settings: Settings,
+    bucket: str = "2h",
+    buffer: str = "1m",
+    columns: str = ORDER_COLUMNS,
+    encodings: dict[str, str] | None = None,
+    **spec: Any,
 ) -> tuple[str, Settings]:
-    """A realtime orders table (upsert by order_id) and an offline table over it."""
+    """A realtime orders table (upsert by order_id; `columns` its row, with `_rescued_data`)
+    and an offline table over it."""
     tag = uuid.uuid4().hex[:8]
     realtime, offline = f"rt_{tag}", f"off_{tag}"
     silver = SilverTableSettings(
-        source="unused", mode="upsert", schema=ORDER_COLUMNS, keys=("order_id",), sequence_by="ts"
+        source="unused",
+        mode="upsert",
+        schema=columns,
+        keys=("order_id",),
+        sequence_by="ts",
+        encodings=encodings or {},
     )
     settings = replace(
         settings,
@@ -65,7 +77,7 @@ def offline_setup(
         },
     )
     path = settings.storage.path("silver", realtime)
-    tables.create_table(spark, path, scd1_schema(row_schema()), SILVER_PROPERTIES)
+    tables.create_table(spark, path, scd1_schema(row_schema(columns)), SILVER_PROPERTIES)
     return offline, settings
 
 

@@ -378,6 +378,83 @@ def test_a_typed_input_value_is_backfilled_only_when_it_fits_exactly(
     )
 
 
+def test_a_csv_input_is_read_by_its_header_names_whatever_their_order(
+    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+) -> None:
+    offline, settings, orders = moved
+    path = tmp_path / "fix.csv"
+    at = ms(T0 + 2.5 * H)
+    path.write_text(f"ts,amount,order_status,customer_id,order_id\n{at},13.29,paid,7,1\n")
+    run(spark, settings, offline, str(path), T0 + 2 * H, T0 + 4 * H)
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline),
+        frame(
+            spark, [orders[0], order(1, T0 + 2.5 * H, "13.29", customer=7), orders[2], orders[3]]
+        ),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_decimal_text_is_read_as_text_even_where_the_feed_sends_debezium_bytes(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    """`1000` is valid base64 too: read as Debezium's unscaled bytes it would be -26672.12."""
+    offline, settings = offline_setup(spark, settings, encodings={"amount": "base64"})
+    path = tmp_path / "fix.csv"
+    path.write_text(f"order_id,customer_id,order_status,amount,ts\n1,1,paid,1000,{ms(T0)}\n")
+    run(spark, settings, offline, str(path), T0, T0 + 2 * H)
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline).where("order_id = 1"),
+        frame(spark, [order(1, T0, "1000.00")]),
+        ignore_nullable=True,
+    )
+
+
+TIMED = "order_id BIGINT, at TIMESTAMP, line STRUCT<price: DECIMAL(12,2), qty: INT>, ts BIGINT"
+
+
+@pytest.mark.parametrize(
+    ("given", "value", "encodings", "fits"),
+    [
+        # Epoch milliseconds for a TIMESTAMP: a cast would read them as seconds (year ~58000).
+        ("at BIGINT", ms(T0 + H), {}, False),
+        ("at BIGINT", ms(T0 + H), {"at": "epoch_ms"}, True),
+        # A struct with its fields in another order: a cast pairs them by position.
+        ("line STRUCT<qty: INT, price: DECIMAL(12,2)>", (3, Decimal("1.50")), {}, False),
+        ("line STRUCT<price: DOUBLE, qty: INT>", (13.299, 3), {}, False),  # would round
+    ],
+)
+def test_a_typed_value_of_another_kind_is_read_by_the_column_encoding_or_refused(
+    spark: SparkSession,
+    settings: Settings,
+    tmp_path: Path,
+    given: str,
+    value: Any,
+    encodings: dict[str, str],
+    fits: bool,
+) -> None:
+    offline, settings = offline_setup(spark, settings, columns=TIMED, encodings=encodings)
+    name = given.split(" ", 1)[0]
+    columns = {
+        "order_id BIGINT": 1,
+        "at TIMESTAMP": T0 + H,
+        "line STRUCT<price: DECIMAL(12,2), qty: INT>": (Decimal("1.50"), 3),
+        "ts BIGINT": ms(T0 + H),
+    }
+    ddl = [given if c.startswith(f"{name} ") else c for c in columns]
+    row = [value if c.startswith(f"{name} ") else v for c, v in columns.items()]
+    path = str(tmp_path / "typed")
+    spark.createDataFrame([tuple(row)], ", ".join(ddl)).write.parquet(path)
+    if not fits:
+        with pytest.raises(BackfillRefused, match=rf"values that do not fit.*'{name}'"):
+            run(spark, settings, offline, path, T0, T0 + 2 * H)
+        return
+    run(spark, settings, offline, path, T0, T0 + 2 * H)
+    stored = hybrid.read_hybrid(spark, settings, offline).select("at").collect()
+    assert [r["at"] for r in stored] == [T0 + H]
+
+
 def test_a_csv_value_that_does_not_fit_exactly_refuses_the_backfill(
     spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
 ) -> None:
