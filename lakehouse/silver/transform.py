@@ -140,14 +140,20 @@ def parse_records(
     exact = exact_digits.columns(schema.struct, schema.encodings)
     declared = F.array(*[F.lit(n) for n in schema.names])
     staged = df.select(
-        "*",
-        parsed.alias("_lh_parsed"),
-        raw.alias("_lh_raw"),
-        error.alias("_lh_error0"),
-        *([exact_digits.variant(text)] if exact else []),
+        "*", parsed.alias("_lh_parsed"), raw.alias("_lh_raw"), error.alias("_lh_error0")
     )
     parsed_col, raw_col = F.col("_lh_parsed"), F.col("_lh_raw")
-    texts = {n: exact_digits.text(n, raw_col[n], text) for n in exact}
+    # Each exact column's text is projected once: its decoder reads it several times.
+    text_names = {n: f"{exact_digits.TEXT}{i}" for i, n in enumerate(exact)}
+    if exact:
+        staged = staged.select("*", exact_digits.variant(text, raw_col, exact)).select(
+            "*",
+            *[
+                exact_digits.text(n, how, raw_col[n], text).alias(text_names[n])
+                for n, how in exact.items()
+            ],
+        )
+    texts = {n: F.col(c) for n, c in text_names.items()}
     values = decode.decoded_columns(raw_col, parsed_col, schema.struct, schema.encodings, texts)
     unknown = F.array_except(F.map_keys(raw_col), declared)
     if metadata_prefix:
@@ -158,8 +164,8 @@ def parse_records(
     bad_names = F.array_union(F.col(UNKNOWN), F.col(MISTYPED))
     # Every bad name is a key of the map (unknown: from its keys; mistyped: present in it), so
     # the filtered map is not empty exactly when `bad_names` is not: the lambdas (interpreted)
-    # run only for the rows that have something to rescue, and keep an exact column's digits.
-    exact_raw = exact_digits.in_map(raw_col, exact, text) if exact else raw_col
+    # run only for the rows that have something to rescue, and keep every number's digits.
+    exact_raw = exact_digits.in_map(raw_col, texts, text)
     rescued = F.when(
         F.size(bad_names) > 0,
         F.to_json(F.map_filter(exact_raw, lambda k, _v: F.array_contains(bad_names, k))),

@@ -57,6 +57,14 @@ def test_integers_arrive_as_numbers_or_strings_and_nothing_fractional_is_truncat
             ("99999999999999999999", None),
             ("1632463351000", 1632463351000),
             (None, None),
+            # The digits as written when a double would have rounded them (`exact_digits`)
+            ("1e2", 100),
+            ("1.5E1", 15),
+            ("1.55E1", None),
+            ("4.50", None),
+            ("1E40", None),
+            ("100e2147483647", None),  # an exponent past an int: not an error mid-query
+            ("3.0000000000000000001", None),
         ],
     )
     check(spark, "smallint", "", [("32767", 32767), ("32768", None)])
@@ -156,7 +164,23 @@ def test_precise_decimals_decode_exactly_across_the_64_bit_edge_and_up_to_38_dig
 
 def test_booleans_and_doubles_arrive_as_json_values_or_strings(spark: SparkSession) -> None:
     check(spark, "boolean", "", [("true", True), ("FALSE", False), ("1", None), ("yes", None)])
-    check(spark, "double", "", [("1.5", 1.5), ("-2", -2.0), ("2e3", 2000.0), ("x", None)])
+    check(
+        spark,
+        "double",
+        "",
+        [
+            ("1.5", 1.5),
+            ("-2", -2.0),
+            ("2e3", 2000.0),
+            ("x", None),
+            ("Infinity", float("inf")),
+            ("-Infinity", float("-inf")),
+            # Java's own number syntax, which Spark's cast accepts: no JSON feed means it
+            ("1.5d", None),
+            ("2F", None),
+            ("0x1p3", None),
+        ],
+    )
 
 
 def test_dates_are_iso_or_epoch_days_as_declared(spark: SparkSession) -> None:
@@ -194,7 +218,16 @@ def test_timestamps_decode_in_the_declared_epoch_unit_or_from_iso(spark: SparkSe
         spark,
         "timestamp",
         "epoch_s",
-        [("1632463351", at), ("1632463351.123456", at_us), ("2021-09-24T06:02:31Z", at)],
+        [
+            ("1632463351", at),
+            ("1632463351.123456", at_us),
+            ("2021-09-24T06:02:31Z", at),
+            # Below a microsecond: floored, as every other unit is, never rounded up
+            ("1632463351.1234569", at_us),
+            ("1632463351.12345600000000000000000001", at_us),
+            ("-0.0000001", datetime(1969, 12, 31, 23, 59, 59, 999999)),
+            ("-1.5", datetime(1969, 12, 31, 23, 59, 58, 500000)),
+        ],
     )
     check(spark, "timestamp", "epoch_ms", [("1632463351000", at), ("1632463351000.5", None)])
     check(spark, "timestamp", "epoch_us", [("1632463351123456", at_us), *iso])

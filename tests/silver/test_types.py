@@ -145,3 +145,40 @@ def test_json_numbers_keep_every_digit_a_double_would_lose(
     assert_df_equality(
         current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
     )
+
+
+def test_a_json_number_a_double_would_round_is_never_stored_or_rescued_rounded(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Spark's JSON map prints every number with a fraction or an exponent through a double:
+    3.0000000000000000001 read as 3.0 was stored in an INT column as 3, a STRING column held
+    `1.2345678901234568E16` for 12345678901234567.89, and a rescued field lost its digits."""
+    schema = "id BIGINT, qty INT, name STRING"
+    events: list[object] = [
+        b'{"id": 1, "qty": 3.0000000000000000001, "name": 12345678901234567.89, "x": 0.1E-7}',
+        b'{"id": 2, "qty": 1.2E1, "name": 1e2, "x": 12345678901234567.89}',
+        # 41 digits: the VARIANT, too, holds it only as the double 1.0
+        b'{"id": 3, "qty": 1.0000000000000000000000000000000000000001, "name": "n"}',
+        b'{"id": 4, "qty": 5.0, "name": "five", "x": {"y": 1}}',
+        b'{"id": 6, "qty": 6.00, "name": 1.50}',
+        # A key is found as written, whatever characters it has
+        b'{"id": 7, "qty": 7, "name": "1.50", "a.b(c)\\\\E": 12345678901234567.89}',
+        b'{"id": 5, "qty": 1.5e0, "name": -0.0, "x": 7}',
+    ]
+    _, _, name, settings = events_pipeline(spark, kafka_up, events, mode="append", schema=schema)
+    run_refine(spark, settings, name)
+    expected = spark.createDataFrame(
+        [
+            (1, None, "12345678901234567.89", '{"qty":"3.0000000000000000001","x":"0.1E-7"}'),
+            (2, 12, "1e2", '{"x":"12345678901234567.89"}'),
+            (3, None, "n", '{"qty":"1.0000000000000000000000000000000000000001"}'),
+            (4, 5, "five", '{"x":"{\\"y\\":1}"}'),
+            (5, None, "-0.0", '{"qty":"1.5e0","x":"7"}'),
+            (6, 6, "1.50", None),
+            (7, 7, "1.50", '{"a.b(c)\\\\E":"12345678901234567.89"}'),
+        ],
+        f"{schema}, _rescued_data STRING",
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
