@@ -52,8 +52,7 @@ _PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)$"
 _EXPONENT_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$"
 _MANTISSA = r"^[+-]?(\d*)\.?(\d*)[eE]"
 _ISO_DATE = r"^[+-]?\d{4,}-\d{1,2}-\d{1,2}"
-_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
-_NON_FINITE = ("nan", "infinity", "+infinity", "-infinity")
+_NUMBER = r"(?i)^[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)$"
 # Epoch seconds: the sign and digits down to the microsecond, and the digits below it.
 _TO_MICROS = r"^([+-]?\d*\.?\d{0,6})(\d*)$"
 
@@ -134,8 +133,7 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
         )
     if kind == "double":
         # Spark's cast takes Java's syntax too (`1.5d`, `0x1p3`): only JSON's numbers here.
-        number = t.rlike(_NUMBER) | F.lower(t).isin(*_NON_FINITE)
-        return F.when(number, t.try_cast(data_type))
+        return F.when(t.rlike(_NUMBER), t.try_cast(data_type))
     if kind == "decimal":
         assert isinstance(data_type, DecimalType)
         if encoding == "base64":
@@ -315,10 +313,10 @@ def _epoch_seconds(t: Column) -> Column:
     # Cut toward zero; a negative count with something cut is one microsecond earlier.
     earlier = t.startswith("-") & below.rlike("[1-9]")
     one = F.lit("0.000001").cast("decimal(20,6)")
-    seconds = F.when(earlier, micros.try_cast("decimal(20,6)") - one).otherwise(
+    seconds = F.when(earlier, F.try_subtract(micros.try_cast("decimal(20,6)"), one)).otherwise(
         micros.try_cast("decimal(20,6)")
     )
-    return F.when(t.rlike(_PLAIN_NUMBER), seconds.cast("decimal(20,6)"))
+    return F.when(t.rlike(_PLAIN_NUMBER), seconds.try_cast("decimal(20,6)"))
 
 
 def _time_of_day(t: Column, encoding: str) -> Column:

@@ -15,13 +15,14 @@ functions run interpreted.
 The VARIANT, too, keeps a number in exponent form, or of more than 38 digits, only as a double.
 Its digits are then taken from the record text itself (`_as_written`), or none when they cannot
 be told for sure: the value does not decode (and is rescued) rather than decode as the double's
-rounding. For decimals and epoch seconds only doubles printed with an `E` are checked, since
-telling a double from a decimal costs ~0.5 s per million rows and column: there a number of
-more than 38 digits between 1e-3 and 1e7 still reads as its double. Integers and strings check
-every double (a float token in such a column is rare), and a string keeps the number as
-written (`1.50`, not the VARIANT's `1.5`). Limits: a nested value keeps the map's
-print; a key the record writes with other JSON escapes than Spark's own (`\\u0041` for `A`)
-is not found (the map's text is kept)."""
+rounding. A string keeps a number as written (`1.50`, not the VARIANT's `1.5`).
+
+Limits: a nested value keeps the map's print. Where the digits cannot be told (two texts of
+the same double for one key, or a key the record writes with other JSON escapes than Spark's,
+`\\u0041` for `A`), a declared column does not decode, but `_rescued_data` holds the map's
+print (the record is whole in bronze). A string column whose key is written with such escapes
+holds the VARIANT's text (`1.5` for `1.50`).
+"""
 
 from __future__ import annotations
 
@@ -37,16 +38,18 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 VARIANT = "_lh_variant"  # the record parsed as a VARIANT, on rows that need it
+MAYBE_DOUBLE = "_lh_maybe_double"  # whether the VARIANT can hold one of the record's numbers
+# as a double: only a number in exponent form, or of more than 38 digits, is one
 TEXT = "_lh_text"  # + column position: a column's text with its digits as written
-# How Java prints a double: the map's text of every JSON number with a fraction or exponent.
-DOUBLE_PRINT = r"^-?[0-9]+\.[0-9]+(E-?[0-9]+)?$"
+# How Java prints a double: the map's text of every JSON number with a fraction or exponent
+# (one past a double's range is the quoted `"Infinity"`).
+DOUBLE_PRINT = r'^(-?[0-9]+\.[0-9]+(E-?[0-9]+)?|"-?Infinity")$'
+_EXPONENT_OR_LONG = r"[0-9][eE]|[0-9.]{39}"
 _WRITTEN_NUMBER = r'"\s*:\s*(-?[0-9][0-9.eE+-]*)'
-
 
 # How a column's digits are found (`columns`).
 WRITTEN = "written"  # strings: a number's text exactly as written (`1.50`, `-0.0`, `1e2`)
-EVERY_DOUBLE = "every_double"  # integers: any number the VARIANT holds as a double is checked
-E_DOUBLE = "e_double"  # decimals, epoch seconds: only a double printed with an `E` is checked
+NUMBER = "number"  # integers, decimals, epoch seconds: the VARIANT's digits, or as written
 
 
 def columns(struct: StructType, encodings: Mapping[str, str]) -> dict[str, str]:
@@ -55,55 +58,76 @@ def columns(struct: StructType, encodings: Mapping[str, str]) -> dict[str, str]:
     out = {}
     for f in struct.fields:
         kind, encoding = decode.kind_of(f.dataType), encodings.get(f.name, "")
-        if "'" in f.name:  # not expressible in a VARIANT path: keeps the map's text
-            continue
         if kind == "string" and encoding in ("", "text"):
             out[f.name] = WRITTEN
-        elif kind == "integral":
-            out[f.name] = EVERY_DOUBLE
-        elif (kind, encoding) in (("decimal", ""), ("decimal", "text"), ("timestamp", "epoch_s")):
-            out[f.name] = E_DOUBLE
+        elif kind == "integral" or (kind, encoding) in (
+            ("decimal", ""),
+            ("decimal", "text"),
+            ("timestamp", "epoch_s"),
+        ):
+            out[f.name] = NUMBER
     return out
 
 
 def printed_double(text: Column) -> Column:
-    """Whether the map's `text` is a double's print (a `.` first: most values have none, and a
-    regular expression on every column of every row is measurable)."""
-    return text.contains(".") & text.rlike(DOUBLE_PRINT)
+    """Whether the map's `text` is a double's print (a `.` or `y` first: most values have
+    neither, and a regular expression on every column of every row is measurable)."""
+    return (text.contains(".") | text.endswith('y"')) & text.rlike(DOUBLE_PRINT)
 
 
-def variant(record: Column, raw: Column, names: Mapping[str, str]) -> Column:
-    """The record's one VARIANT parse, only where the map printed a double for a `names`
-    column (null elsewhere: no column reads it there)."""
+def variant(record: Column, raw: Column, names: Mapping[str, str]) -> list[Column]:
+    """The record's one VARIANT parse, and whether it can hold a number as a double, only
+    where the map printed a double for a `names` column (null elsewhere: nothing reads them)."""
     from pyspark.sql import functions as F
 
     printed = [printed_double(raw[n]) for n in names]
     needed = printed[0]
     for p in printed[1:]:
         needed = needed | p
-    return F.when(needed, F.try_parse_json(record)).alias(VARIANT)
+    return [
+        F.when(needed, F.try_parse_json(record)).alias(VARIANT),
+        F.when(needed, record.rlike(_EXPONENT_OR_LONG)).alias(MAYBE_DOUBLE),
+    ]
 
 
 def text(name: str, how: str, current: Column, record: Column) -> Column:
     """Column `name`'s text with a JSON number's digits as written (`how`: see `columns`);
     `current` (the map's text) where the map printed no double, or for a string or a nested
-    value."""
+    value. Null (the value does not decode) where the digits cannot be told: the VARIANT
+    holds a double, or failed to parse (duplicate keys), and no single text in the record
+    reads as it."""
     from pyspark.sql import functions as F
 
-    path = f"$['{name}']"
+    path = _path(name)
+    if path is None:
+        return F.when(printed_double(current), F.lit(None).cast("string")).otherwise(current)
     as_text = F.try_variant_get(F.col(VARIANT), path, "string")
     field = F.try_variant_get(F.col(VARIANT), path, "variant")
     kind = F.schema_of_variant(field)
+    # Telling a double from a decimal costs ~0.5 s per million rows and column: only where
+    # the record has a number that can be one.
+    is_double = F.col(MAYBE_DOUBLE) & kind.isin("DOUBLE", "FLOAT")
     double = F.try_variant_get(field, "$", "double")
-    as_json = json.dumps(name, ensure_ascii=False)[1:-1]  # as Spark writes a key
+    as_json = json.dumps(name, ensure_ascii=False)[1:-1]  # the key as Spark writes it
     written = _as_written(F.lit(re.escape(as_json)), double, record)
-    if how == WRITTEN:  # the VARIANT's decimal drops a trailing zero, and -0.0's sign
-        exact = F.when(kind.isin("STRING", "OBJECT", "ARRAY"), current).otherwise(written)
+    if how == WRITTEN:
+        # The VARIANT's decimal drops a trailing zero and -0.0's sign: its text is the last
+        # resort (a key written with other escapes, `caf\\u00e9`, is not found as written).
+        exact = F.when(kind.isin("STRING", "OBJECT", "ARRAY"), current).otherwise(
+            F.coalesce(written, F.when(~is_double, as_text))
+        )
     else:
-        is_double = kind.isin("DOUBLE", "FLOAT")
-        checked = is_double if how == EVERY_DOUBLE else as_text.contains("E") & is_double
-        exact = F.when(checked, written).otherwise(F.coalesce(as_text, current))
+        exact = F.when(is_double, written).otherwise(as_text)
     return F.when(printed_double(current), exact).otherwise(current)
+
+
+def _path(name: str) -> str | None:
+    """The VARIANT path of the top-level `name` (None: a name with both quote characters)."""
+    if "'" not in name:
+        return f"$['{name}']"
+    if '"' not in name:
+        return f'$["{name}"]'
+    return None
 
 
 def _as_written(pattern_key: Column, double: Column, record: Column) -> Column:
@@ -120,26 +144,28 @@ def _as_written(pattern_key: Column, double: Column, record: Column) -> Column:
 
 
 def _literal_pattern(key: Column) -> Column:
-    """`key` as a regular expression matching it as JSON writes it (`\\` for a backslash):
-    every character but an ASCII letter, digit or `_` escaped (Java reads an escaped letter
-    or digit as a construct)."""
+    """`key` as a regular expression matching it as Spark's JSON writes it (`\\` for a
+    backslash): every character but an ASCII letter, digit or `_` escaped (Java reads an
+    escaped letter or digit as a construct)."""
     from pyspark.sql import functions as F
 
-    as_json = F.regexp_extract(F.to_json(F.array(key)), r'^\["(.*)"\]$', 1)
+    as_json = F.regexp_extract(F.to_json(F.array(key)), r'(?s)^\["(.*)"\]$', 1)
     return F.regexp_replace(as_json, r"([^A-Za-z0-9_])", r"\\$1")
 
 
-def in_map(raw: Column, texts: Mapping[str, Column], record: Column) -> Column:
-    """The map `raw` with every number's text as written: a `texts` column's from its own
-    projection, any other key's from the record (the map's own text where the digits cannot
-    be told). One lambda per entry: only for the rows that have something to rescue."""
+def in_map(rescued: Column, texts: Mapping[str, Column], record: Column) -> Column:
+    """The map of fields to rescue with every number's text as written: a `texts` column's
+    from its own projection, any other key's from the record. Where the digits cannot be told
+    (see `_as_written`), the map's own print: the record is whole in bronze. One lambda per
+    entry: only for the rows and fields to rescue."""
     from pyspark.sql import functions as F
 
     def value(key: Column, current: Column) -> Column:
-        written = _as_written(_literal_pattern(key), current.try_cast("double"), record)
+        double = F.regexp_replace(current, '"', "").try_cast("double")  # "Infinity" too
+        written = _as_written(_literal_pattern(key), double, record)
         out = F.when(printed_double(current), F.coalesce(written, current)).otherwise(current)
         for name, exact in texts.items():
             out = F.when(key == name, F.coalesce(exact, current)).otherwise(out)
         return out
 
-    return F.transform_values(raw, value)
+    return F.transform_values(rescued, value)

@@ -146,7 +146,7 @@ def parse_records(
     # Each exact column's text is projected once: its decoder reads it several times.
     text_names = {n: f"{exact_digits.TEXT}{i}" for i, n in enumerate(exact)}
     if exact:
-        staged = staged.select("*", exact_digits.variant(text, raw_col, exact)).select(
+        staged = staged.select("*", *exact_digits.variant(text, raw_col, exact)).select(
             "*",
             *[
                 exact_digits.text(n, how, raw_col[n], text).alias(text_names[n])
@@ -165,11 +165,8 @@ def parse_records(
     # Every bad name is a key of the map (unknown: from its keys; mistyped: present in it), so
     # the filtered map is not empty exactly when `bad_names` is not: the lambdas (interpreted)
     # run only for the rows that have something to rescue, and keep every number's digits.
-    exact_raw = exact_digits.in_map(raw_col, texts, text)
-    rescued = F.when(
-        F.size(bad_names) > 0,
-        F.to_json(F.map_filter(exact_raw, lambda k, _v: F.array_contains(bad_names, k))),
-    )
+    to_rescue = F.map_filter(raw_col, lambda k, _v: F.array_contains(bad_names, k))
+    rescued = F.when(F.size(bad_names) > 0, F.to_json(exact_digits.in_map(to_rescue, texts, text)))
     undecodable = F.when(
         F.lit(strict) & (F.size(MISTYPED) > 0),
         F.concat(F.lit("undecodable: "), F.array_join(MISTYPED, ", ")),

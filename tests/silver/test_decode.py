@@ -175,6 +175,8 @@ def test_booleans_and_doubles_arrive_as_json_values_or_strings(spark: SparkSessi
             ("x", None),
             ("Infinity", float("inf")),
             ("-Infinity", float("-inf")),
+            ("inf", float("inf")),  # Python's str(float("inf"))
+            ("+Inf", float("inf")),
             # Java's own number syntax, which Spark's cast accepts: no JSON feed means it
             ("1.5d", None),
             ("2F", None),
@@ -227,6 +229,7 @@ def test_timestamps_decode_in_the_declared_epoch_unit_or_from_iso(spark: SparkSe
             ("1632463351.12345600000000000000000001", at_us),
             ("-0.0000001", datetime(1969, 12, 31, 23, 59, 59, 999999)),
             ("-1.5", datetime(1969, 12, 31, 23, 59, 58, 500000)),
+            ("-99999999999999.9999999", None),  # past DECIMAL(20,6) once floored: no error
         ],
     )
     check(spark, "timestamp", "epoch_ms", [("1632463351000", at), ("1632463351000.5", None)])

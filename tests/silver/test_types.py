@@ -182,3 +182,40 @@ def test_a_json_number_a_double_would_round_is_never_stored_or_rescued_rounded(
     assert_df_equality(
         current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
     )
+
+
+def test_numbers_past_a_doubles_range_odd_keys_and_unparsable_variants_are_never_rounded(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """The edges of finding a number's digits: a key with a quote, a key a Python producer
+    writes escaped (`caf\\u00e9`), an exponent-form number a DECIMAL(38,20) holds exactly,
+    one past a double's range, and duplicate keys (the VARIANT parse fails: the value is
+    refused, where the map's rounded text was stored)."""
+    schema = "id BIGINT, `it's` BIGINT, d DECIMAL(38,20), s STRING, `café` STRING"
+    events: list[object] = [
+        b'{"id": 1, "it\'s": 12000000000.0000000001, "d": 1.2345678901234567891e3, '
+        b'"s": 1e400, "caf\\u00e9": 1.50}',
+        b'{"id": 2, "it\'s": 7, "d": 1, "s": "x", "q": -1e400}',
+        b'{"id": 3, "it\'s": 3.0000000000000000001, "it\'s": 3.0000000000000000001}',
+    ]
+    _, _, name, settings = events_pipeline(spark, kafka_up, events, mode="append", schema=schema)
+    run_refine(spark, settings, name)
+    expected = spark.createDataFrame(
+        [
+            (
+                1,
+                None,
+                Decimal("1234.5678901234567891"),
+                "1e400",
+                "1.5",
+                '{"it\'s":"12000000000.0000000001"}',
+            ),
+            (2, 7, Decimal(1), "x", None, '{"q":"-1e400"}'),
+            # The record is whole in bronze; the rescued copy is the map's print, as it has it
+            (3, None, None, None, None, '{"it\'s":"3.0","it\'s":"3.0"}'),
+        ],
+        f"{schema}, _rescued_data STRING",
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
