@@ -38,13 +38,10 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 VARIANT = "_lh_variant"  # the record parsed as a VARIANT, on rows that need it
-MAYBE_DOUBLE = "_lh_maybe_double"  # whether the VARIANT can hold one of the record's numbers
-# as a double: only a number in exponent form, or of more than 38 digits, is one
 TEXT = "_lh_text"  # + column position: a column's text with its digits as written
 # How Java prints a double: the map's text of every JSON number with a fraction or exponent
 # (one past a double's range is the quoted `"Infinity"`).
 DOUBLE_PRINT = r'^(-?[0-9]+\.[0-9]+(E-?[0-9]+)?|"-?Infinity")$'
-_EXPONENT_OR_LONG = r"[0-9][eE]|[0-9.]{39}"
 _WRITTEN_NUMBER = r'"\s*:\s*(-?[0-9][0-9.eE+-]*)'
 
 # How a column's digits are found (`columns`).
@@ -75,19 +72,16 @@ def printed_double(text: Column) -> Column:
     return (text.contains(".") | text.endswith('y"')) & text.rlike(DOUBLE_PRINT)
 
 
-def variant(record: Column, raw: Column, names: Mapping[str, str]) -> list[Column]:
-    """The record's one VARIANT parse, and whether it can hold a number as a double, only
-    where the map printed a double for a `names` column (null elsewhere: nothing reads them)."""
+def variant(record: Column, raw: Column, names: Mapping[str, str]) -> Column:
+    """The record's one VARIANT parse, only where the map printed a double for a `names`
+    column (null elsewhere: no column reads it there)."""
     from pyspark.sql import functions as F
 
     printed = [printed_double(raw[n]) for n in names]
     needed = printed[0]
     for p in printed[1:]:
         needed = needed | p
-    return [
-        F.when(needed, F.try_parse_json(record)).alias(VARIANT),
-        F.when(needed, record.rlike(_EXPONENT_OR_LONG)).alias(MAYBE_DOUBLE),
-    ]
+    return F.when(needed, F.try_parse_json(record)).alias(VARIANT)
 
 
 def text(name: str, how: str, current: Column, record: Column) -> Column:
@@ -104,9 +98,9 @@ def text(name: str, how: str, current: Column, record: Column) -> Column:
     as_text = F.try_variant_get(F.col(VARIANT), path, "string")
     field = F.try_variant_get(F.col(VARIANT), path, "variant")
     kind = F.schema_of_variant(field)
-    # Telling a double from a decimal costs ~0.5 s per million rows and column: only where
-    # the record has a number that can be one.
-    is_double = F.col(MAYBE_DOUBLE) & kind.isin("DOUBLE", "FLOAT")
+    # Telling a double from a decimal costs ~0.5 s per million rows and column, less than
+    # looking for an exponent in the record (bench/README, silver throughput).
+    is_double = kind.isin("DOUBLE", "FLOAT")
     double = F.try_variant_get(field, "$", "double")
     as_json = json.dumps(name, ensure_ascii=False)[1:-1]  # the key as Spark writes it
     written = _as_written(F.lit(re.escape(as_json)), double, record)

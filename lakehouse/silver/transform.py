@@ -146,7 +146,7 @@ def parse_records(
     # Each exact column's text is projected once: its decoder reads it several times.
     text_names = {n: f"{exact_digits.TEXT}{i}" for i, n in enumerate(exact)}
     if exact:
-        staged = staged.select("*", *exact_digits.variant(text, raw_col, exact)).select(
+        staged = staged.select("*", exact_digits.variant(text, raw_col, exact)).select(
             "*",
             *[
                 exact_digits.text(n, how, raw_col[n], text).alias(text_names[n])
