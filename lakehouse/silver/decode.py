@@ -11,7 +11,9 @@ instead, by its declared type and encoding:
                (13.290 fits DECIMAL(12,2); 13.299 does not: it is not rounded);
                `base64`: Debezium's precise mode, big-endian two's complement unscaled bytes
                at the declared scale, or its variable-scale `{"scale": s, "value": b64}`
-    double     a JSON number or a numeric string (also NaN, Infinity)
+    double     a JSON number or a numeric string (also NaN, Infinity) within the type's
+               range (`1e400`, or `3.4e39` for a FLOAT, is not Infinity; `1e-400` not 0.0:
+               see `exact_digits` for the JSON number)
     boolean    true / false, as a JSON boolean or a string (any case)
     date       `iso`: "2024-01-05"; `epoch_days`: an integer (ISO strings are accepted too)
     timestamp  `iso`: an ISO-8601 string (with a zone or offset, else UTC);
@@ -52,7 +54,7 @@ _PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)$"
 _EXPONENT_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$"
 _MANTISSA = r"^[+-]?(\d*)\.?(\d*)[eE]"
 _ISO_DATE = r"^[+-]?\d{4,}-\d{1,2}-\d{1,2}"
-_NUMBER = r"(?i)^[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)$"
+_NUMBER = r"(?i)^\s*[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)\s*$"
 # Epoch seconds: the sign and digits down to the microsecond, and the digits below it.
 _TO_MICROS = r"^([+-]?\d*\.?\d{0,6})(\d*)$"
 
@@ -133,7 +135,13 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
         )
     if kind == "double":
         # Spark's cast takes Java's syntax too (`1.5d`, `0x1p3`): only JSON's numbers here.
-        return F.when(t.rlike(_NUMBER), t.try_cast(data_type))
+        number = F.when(t.rlike(_NUMBER), t.try_cast(data_type))
+        # A cast makes a finite number past the type's range Infinity, and a non-zero one
+        # below it 0.0: neither is the value sent.
+        infinite = number.isin(F.lit(float("inf")), F.lit(float("-inf")))
+        overflow = infinite & ~F.lower(t).contains("inf")
+        underflow = (number == 0) & F.regexp_extract(t, r"^\s*[+-]?([0-9.]*)", 1).rlike("[1-9]")
+        return F.when(~(overflow | underflow), number)
     if kind == "decimal":
         assert isinstance(data_type, DecimalType)
         if encoding == "base64":

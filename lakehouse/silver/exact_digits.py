@@ -19,9 +19,11 @@ rounding. A string keeps a number as written (`1.50`, not the VARIANT's `1.5`).
 
 Limits: a nested value keeps the map's print. Where the digits cannot be told (two texts of
 the same double for one key, or a key the record writes with other JSON escapes than Spark's,
-`\\u0041` for `A`), a declared column does not decode, but `_rescued_data` holds the map's
-print (the record is whole in bronze). A string column whose key is written with such escapes
-holds the VARIANT's text (`1.5` for `1.50`).
+`\\u0041` for `A`), a declared number column does not decode, a string column holds the
+VARIANT's text (`1.5` for `1.50`), and `_rescued_data` the map's print (the record is whole
+in bronze). A record with a duplicate key has no VARIANT: a column whose value the map printed
+as a double does not decode. A DOUBLE column looks up only a `0.0` (`1e-400`), in records
+with a negative exponent, and keeps `0.0` where it cannot be told.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ _WRITTEN_NUMBER = r'"\s*:\s*(-?[0-9][0-9.eE+-]*)'
 # How a column's digits are found (`columns`).
 WRITTEN = "written"  # strings: a number's text exactly as written (`1.50`, `-0.0`, `1e2`)
 NUMBER = "number"  # integers, decimals, epoch seconds: the VARIANT's digits, or as written
+ZERO = "zero"  # doubles: a `0.0` the map printed for a number below a double's range
 
 
 def columns(struct: StructType, encodings: Mapping[str, str]) -> dict[str, str]:
@@ -63,6 +66,8 @@ def columns(struct: StructType, encodings: Mapping[str, str]) -> dict[str, str]:
             ("timestamp", "epoch_s"),
         ):
             out[f.name] = NUMBER
+        elif kind == "double":
+            out[f.name] = ZERO
     return out
 
 
@@ -72,12 +77,14 @@ def printed_double(text: Column) -> Column:
     return (text.contains(".") | text.endswith('y"')) & text.rlike(DOUBLE_PRINT)
 
 
-def variant(record: Column, raw: Column, names: Mapping[str, str]) -> Column:
+def variant(record: Column, raw: Column, names: Mapping[str, str]) -> Column | None:
     """The record's one VARIANT parse, only where the map printed a double for a `names`
-    column (null elsewhere: no column reads it there)."""
+    column that reads it (null elsewhere); None when none does."""
     from pyspark.sql import functions as F
 
-    printed = [printed_double(raw[n]) for n in names]
+    printed = [printed_double(raw[n]) for n, how in names.items() if how != ZERO]
+    if not printed:
+        return None
     needed = printed[0]
     for p in printed[1:]:
         needed = needed | p
@@ -92,6 +99,15 @@ def text(name: str, how: str, current: Column, record: Column) -> Column:
     reads as it."""
     from pyspark.sql import functions as F
 
+    as_json = json.dumps(name, ensure_ascii=False)[1:-1]  # the key as Spark writes it
+    key_pattern = F.lit(re.escape(as_json))
+    if how == ZERO:
+        # A double's own rounding is its nature; only a number below its range, which the
+        # map prints as 0.0, is looked up (and then does not decode), and only in a record
+        # with a negative exponent in it. The map's text where it cannot be told.
+        below = current.isin("0.0", "-0.0") & (record.contains("e-") | record.contains("E-"))
+        written = _as_written(key_pattern, F.lit(0.0), record)
+        return F.when(below, F.coalesce(written, current)).otherwise(current)
     path = _path(name)
     if path is None:
         return F.when(printed_double(current), F.lit(None).cast("string")).otherwise(current)
@@ -102,8 +118,7 @@ def text(name: str, how: str, current: Column, record: Column) -> Column:
     # looking for an exponent in the record (bench/README, silver throughput).
     is_double = kind.isin("DOUBLE", "FLOAT")
     double = F.try_variant_get(field, "$", "double")
-    as_json = json.dumps(name, ensure_ascii=False)[1:-1]  # the key as Spark writes it
-    written = _as_written(F.lit(re.escape(as_json)), double, record)
+    written = _as_written(key_pattern, double, record)
     if how == WRITTEN:
         # The VARIANT's decimal drops a trailing zero and -0.0's sign: its text is the last
         # resort (a key written with other escapes, `caf\\u00e9`, is not found as written).

@@ -145,8 +145,11 @@ def parse_records(
     parsed_col, raw_col = F.col("_lh_parsed"), F.col("_lh_raw")
     # Each exact column's text is projected once: its decoder reads it several times.
     text_names = {n: f"{exact_digits.TEXT}{i}" for i, n in enumerate(exact)}
+    variant = exact_digits.variant(text, raw_col, exact) if exact else None
+    if variant is not None:
+        staged = staged.select("*", variant)
     if exact:
-        staged = staged.select("*", exact_digits.variant(text, raw_col, exact)).select(
+        staged = staged.select(
             "*",
             *[
                 exact_digits.text(n, how, raw_col[n], text).alias(text_names[n])

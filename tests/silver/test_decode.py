@@ -176,13 +176,21 @@ def test_booleans_and_doubles_arrive_as_json_values_or_strings(spark: SparkSessi
             ("Infinity", float("inf")),
             ("-Infinity", float("-inf")),
             ("inf", float("inf")),  # Python's str(float("inf"))
+            ("\t1.5\n", 1.5),
             ("+Inf", float("inf")),
             # Java's own number syntax, which Spark's cast accepts: no JSON feed means it
             ("1.5d", None),
             ("2F", None),
             ("0x1p3", None),
+            # Past the type's range: no value of it (a cast made them Infinity and 0.0)
+            ("1e400", None),
+            ("-1e400", None),
+            ("1e-400", None),
+            ("0.0e-400", 0.0),
+            ("4.9e-324", 5e-324),
         ],
     )
+    check(spark, "float", "", [("1.5", 1.5), ("3.4e39", None), ("1e-50", None), ("0", 0.0)])
 
 
 def test_dates_are_iso_or_epoch_days_as_declared(spark: SparkSession) -> None:

@@ -191,11 +191,11 @@ def test_numbers_past_a_doubles_range_odd_keys_and_unparsable_variants_are_never
     writes escaped (`caf\\u00e9`), an exponent-form number a DECIMAL(38,20) holds exactly,
     one past a double's range, and duplicate keys (the VARIANT parse fails: the value is
     refused, where the map's rounded text was stored)."""
-    schema = "id BIGINT, `it's` BIGINT, d DECIMAL(38,20), s STRING, `café` STRING"
+    schema = "id BIGINT, `it's` BIGINT, d DECIMAL(38,20), s STRING, `café` STRING, r DOUBLE"
     events: list[object] = [
         b'{"id": 1, "it\'s": 12000000000.0000000001, "d": 1.2345678901234567891e3, '
-        b'"s": 1e400, "caf\\u00e9": 1.50}',
-        b'{"id": 2, "it\'s": 7, "d": 1, "s": "x", "q": -1e400}',
+        b'"s": 1e400, "caf\\u00e9": 1.50, "r": 1e-400}',
+        b'{"id": 2, "it\'s": 7, "d": 1, "s": "x", "q": -1e400, "r": -0.0}',
         b'{"id": 3, "it\'s": 3.0000000000000000001, "it\'s": 3.0000000000000000001}',
     ]
     _, _, name, settings = events_pipeline(spark, kafka_up, events, mode="append", schema=schema)
@@ -208,11 +208,12 @@ def test_numbers_past_a_doubles_range_odd_keys_and_unparsable_variants_are_never
                 Decimal("1234.5678901234567891"),
                 "1e400",
                 "1.5",
-                '{"it\'s":"12000000000.0000000001"}',
+                None,  # below a double's range: the map printed 0.0
+                '{"it\'s":"12000000000.0000000001","r":"1e-400"}',
             ),
-            (2, 7, Decimal(1), "x", None, '{"q":"-1e400"}'),
+            (2, 7, Decimal(1), "x", None, -0.0, '{"q":"-1e400"}'),
             # The record is whole in bronze; the rescued copy is the map's print, as it has it
-            (3, None, None, None, None, '{"it\'s":"3.0","it\'s":"3.0"}'),
+            (3, None, None, None, None, None, '{"it\'s":"3.0","it\'s":"3.0"}'),
         ],
         f"{schema}, _rescued_data STRING",
     )
