@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from chispa import assert_df_equality
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.core.settings import Settings
 from tests.silver.helpers import current, events_pipeline, metrics, run_refine
@@ -165,8 +165,7 @@ def test_a_json_number_a_double_would_round_is_never_stored_or_rescued_rounded(
         b'{"id": 7, "qty": 7, "name": "1.50", "a.b(c)\\\\E": 12345678901234567.89}',
         b'{"id": 5, "qty": 1.5e0, "name": -0.0, "x": 7}',
     ]
-    _, _, name, settings = events_pipeline(spark, kafka_up, events, mode="append", schema=schema)
-    run_refine(spark, settings, name)
+    actual = appended(spark, kafka_up, schema, events)
     expected = spark.createDataFrame(
         [
             (1, None, "12345678901234567.89", '{"qty":"3.0000000000000000001","x":"0.1E-7"}'),
@@ -179,9 +178,7 @@ def test_a_json_number_a_double_would_round_is_never_stored_or_rescued_rounded(
         ],
         f"{schema}, _rescued_data STRING",
     )
-    assert_df_equality(
-        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
-    )
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_numbers_past_a_doubles_range_odd_keys_and_unparsable_variants_are_never_rounded(
@@ -198,8 +195,7 @@ def test_numbers_past_a_doubles_range_odd_keys_and_unparsable_variants_are_never
         b'{"id": 2, "it\'s": 7, "d": 1, "s": "x", "q": -1e400, "r": -0.0}',
         b'{"id": 3, "it\'s": 3.0000000000000000001, "it\'s": 3.0000000000000000001}',
     ]
-    _, _, name, settings = events_pipeline(spark, kafka_up, events, mode="append", schema=schema)
-    run_refine(spark, settings, name)
+    actual = appended(spark, kafka_up, schema, events)
     expected = spark.createDataFrame(
         [
             (
@@ -217,6 +213,13 @@ def test_numbers_past_a_doubles_range_odd_keys_and_unparsable_variants_are_never
         ],
         f"{schema}, _rescued_data STRING",
     )
-    assert_df_equality(
-        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
-    )
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def appended(
+    spark: SparkSession, settings: Settings, schema: str, events: list[object]
+) -> DataFrame:
+    """`events` through Kafka, bronze and an append refine into a table of `schema`: silver."""
+    _, _, name, settings = events_pipeline(spark, settings, events, mode="append", schema=schema)
+    run_refine(spark, settings, name)
+    return current(spark, settings, name)
