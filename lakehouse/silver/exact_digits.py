@@ -17,6 +17,13 @@ Its digits are then taken from the record text itself (`_as_written`), or none w
 be told for sure: the value does not decode (and is rescued) rather than decode as the double's
 rounding. A string keeps a number as written (`1.50`, not the VARIANT's `1.5`).
 
+A change's row image is cut out of its record by Spark's JSON functions, which print its
+numbers so too (a CDC envelope's `after`, a tombstone's key payload, an insert_delete change):
+its digits are read in the whole record it came from (`Cut`), whose VARIANT is taken to the
+same image. Digits that read as another number than the map's are refused, never taken: they
+would belong to another image. A key written in both images of an update, with two texts of
+one double, cannot be told.
+
 Limits: a nested value keeps the map's print. Where the digits cannot be told (two texts of
 the same double for one key, or a key the record writes with other JSON escapes than Spark's,
 `\\u0041` for `A`), a declared number column does not decode, a string column holds the
@@ -30,7 +37,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakehouse.silver import decode
@@ -50,6 +58,25 @@ _WRITTEN_NUMBER = r'"\s*:\s*(-?[0-9][0-9.eE+-]*)'
 WRITTEN = "written"  # strings: a number's text exactly as written (`1.50`, `-0.0`, `1e2`)
 NUMBER = "number"  # integers, decimals, epoch seconds: the VARIANT's digits, or as written
 ZERO = "zero"  # doubles: a `0.0` the map printed for a number below a double's range
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A record cut out of a larger one by Spark's JSON functions, which print its numbers
+    through a double (`get_json_object` prints 12345678901234567.89 as 1.2345678901234568E16;
+    a VARIANT's text prints an exponent form so): a CDC row image cut out of its envelope, a
+    change out of an array. Its digits are read from `whole`, the text it was cut from, and
+    `record` takes the whole's VARIANT to the record's, chosen as the cut chose it."""
+
+    whole: Column
+    record: Callable[[Column], Column]
+
+
+def present(value: Column) -> Column:
+    """A VARIANT, null for JSON null, as Spark's JSON functions read a null field."""
+    from pyspark.sql import functions as F
+
+    return F.when(~F.is_variant_null(value), value)
 
 
 def columns(struct: StructType, encodings: Mapping[str, str]) -> dict[str, str]:
@@ -77,9 +104,12 @@ def printed_double(text: Column) -> Column:
     return (text.contains(".") | text.endswith('y"')) & text.rlike(DOUBLE_PRINT)
 
 
-def variant(record: Column, raw: Column, names: Mapping[str, str]) -> Column | None:
+def variant(
+    record: Column, raw: Column, names: Mapping[str, str], within: Cut | None = None
+) -> Column | None:
     """The record's one VARIANT parse, only where the map printed a double for a `names`
-    column that reads it (null elsewhere); None when none does."""
+    column that reads it (null elsewhere); None when none does. A `within` record's is the
+    whole's parse, taken to the record."""
     from pyspark.sql import functions as F
 
     printed = [printed_double(raw[n]) for n, how in names.items() if how != ZERO]
@@ -88,7 +118,8 @@ def variant(record: Column, raw: Column, names: Mapping[str, str]) -> Column | N
     needed = printed[0]
     for p in printed[1:]:
         needed = needed | p
-    return F.when(needed, F.try_parse_json(record)).alias(VARIANT)
+    parsed = within.record(F.try_parse_json(within.whole)) if within else F.try_parse_json(record)
+    return F.when(needed, parsed).alias(VARIANT)
 
 
 def text(name: str, how: str, current: Column, record: Column) -> Column:
@@ -126,7 +157,10 @@ def text(name: str, how: str, current: Column, record: Column) -> Column:
             F.coalesce(written, F.when(~is_double, as_text))
         )
     else:
-        exact = F.when(is_double, written).otherwise(as_text)
+        # Digits that read as another number than the map's belong to another record than
+        # the one parsed (a cut's image chosen otherwise): refused, never taken.
+        agrees = as_text.try_cast("double") == F.regexp_replace(current, '"', "").try_cast("double")
+        exact = F.when(is_double, written).when(agrees, as_text)
     return F.when(printed_double(current), exact).otherwise(current)
 
 

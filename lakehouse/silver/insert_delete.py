@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lakehouse.silver.changes import DELETE, OP, SEQ, TS
+from lakehouse.silver.exact_digits import Cut, present
 from lakehouse.silver.transform import (
     CHECKED,
     ERROR,
@@ -32,7 +33,7 @@ from lakehouse.silver.transform import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from lakehouse.core.specs import SilverTableSettings
 
@@ -55,7 +56,10 @@ def insert_delete_changes(
     array = F.try_variant_get(F.try_parse_json(text), "$", "array<string>")
     elements = F.when(text.startswith("["), array).otherwise(lines)
     staged = bronze.select(
-        *lineage(), F.col("kafka_timestamp").alias(TS), elements.alias("_lh_elements")
+        *lineage(),
+        F.col("kafka_timestamp").alias(TS),
+        elements.alias("_lh_elements"),
+        F.when(text.startswith("["), text).alias("_lh_array"),
     )
     # An empty array holds no change: nothing to keep. A value that does not parse keeps one
     # row (a null element) that carries its error.
@@ -78,15 +82,35 @@ def insert_delete_changes(
         .when(op.isNull(), F.lit("not_an_insert_delete_change"))
         .when(pos >= PER_RECORD, F.lit(f"over_{PER_RECORD}_changes_in_one_record"))
     )
+    spent = ("_lh_elements", "_lh_pos", "_lh_change", "_lh_array")
     changes = staged.select(
-        *[c for c in staged.columns if c not in ("_lh_elements", "_lh_pos", "_lh_change")],
+        *[c for c in staged.columns if c not in spent],
         op.alias(OP),
         (F.col(OFFSET) * PER_RECORD + pos).alias(SEQ),
         F.coalesce(inserted, deleted).alias("_lh_image"),
         error.alias("_lh_error_in"),
+        F.coalesce("_lh_array", "_lh_change").alias("_lh_whole"),
+        F.when(F.col("_lh_array").isNotNull(), pos).alias("_lh_at"),
     )
     parsed = parse_records(
-        changes, F.col("_lh_image"), schema, F.col("_lh_error_in"), strict=True
-    ).drop("_lh_image", "_lh_error_in")
+        changes, F.col("_lh_image"), schema, F.col("_lh_error_in"), strict=True, cut=_cut()
+    ).drop("_lh_image", "_lh_error_in", "_lh_whole", "_lh_at")
     parsed = parsed.withColumn(CHECKED, F.col(ERROR).isNull() & (F.col(OP) == INSERT))
     return flatten(parsed, keep=TRANSIENT)
+
+
+def _cut() -> Cut:
+    """A change's image is a VARIANT's text, which prints an exponent form through a double:
+    its digits are read in the record, or the line, it came from (`_lh_whole`), the change
+    at `_lh_at` of an array."""
+    from pyspark.sql import functions as F
+
+    def image_in(whole: Column) -> Column:
+        elements = F.try_variant_get(whole, "$", "array<variant>")
+        change = F.when(F.col("_lh_at").isNull(), whole).otherwise(F.get(elements, F.col("_lh_at")))
+        return F.coalesce(
+            present(F.try_variant_get(change, "$.insert", "variant")),
+            present(F.try_variant_get(change, "$.delete", "variant")),
+        )
+
+    return Cut(F.col("_lh_whole"), image_in)

@@ -122,6 +122,7 @@ def parse_records(
     error: Column,
     metadata_prefix: str = "",
     strict: bool = False,
+    cut: exact_digits.Cut | None = None,
 ) -> DataFrame:
     """Parse `text` (a JSON object) with `schema`, each top-level value decoded by its type
     and encoding (`lakehouse.silver.decode`). Adds the record's columns, `_rescued_data`
@@ -130,7 +131,8 @@ def parse_records(
     `_lh_error` (`error`, else `invalid_json` when the text does not parse as an object at all,
     else, when `strict`, `undecodable: <columns>`: a CDC row image must be stored whole or
     not at all). Fields starting with `metadata_prefix` (Debezium's `__op`, `__lsn`, ... in
-    flattened records) are connector metadata, not unknown data."""
+    flattened records) are connector metadata, not unknown data. A `cut` record's numbers are
+    read as written in the text it was cut from."""
     from pyspark.sql import functions as F
 
     parsed = F.from_json(text, schema.struct)
@@ -145,14 +147,15 @@ def parse_records(
     parsed_col, raw_col = F.col("_lh_parsed"), F.col("_lh_raw")
     # Each exact column's text is projected once: its decoder reads it several times.
     text_names = {n: f"{exact_digits.TEXT}{i}" for i, n in enumerate(exact)}
-    variant = exact_digits.variant(text, raw_col, exact) if exact else None
+    written = cut.whole if cut else text  # where each number's digits are read as written
+    variant = exact_digits.variant(text, raw_col, exact, cut) if exact else None
     if variant is not None:
         staged = staged.select("*", variant)
     if exact:
         staged = staged.select(
             "*",
             *[
-                exact_digits.text(n, how, raw_col[n], text).alias(text_names[n])
+                exact_digits.text(n, how, raw_col[n], written).alias(text_names[n])
                 for n, how in exact.items()
             ],
         )
@@ -169,7 +172,8 @@ def parse_records(
     # the filtered map is not empty exactly when `bad_names` is not: the lambdas (interpreted)
     # run only for the rows that have something to rescue, and keep every number's digits.
     to_rescue = F.map_filter(raw_col, lambda k, _v: F.array_contains(bad_names, k))
-    rescued = F.when(F.size(bad_names) > 0, F.to_json(exact_digits.in_map(to_rescue, texts, text)))
+    in_map = exact_digits.in_map(to_rescue, texts, written)
+    rescued = F.when(F.size(bad_names) > 0, F.to_json(in_map))
     undecodable = F.when(
         F.lit(strict) & (F.size(MISTYPED) > 0),
         F.concat(F.lit("undecodable: "), F.array_join(MISTYPED, ", ")),
@@ -289,9 +293,28 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
         .when((op != TRUNCATE) & image.isNull(), F.lit("no_row_image"))
     )
     with_image = staged.withColumn("_lh_image", F.when(op != TRUNCATE, image))
-    changes = parse_records(with_image, F.col("_lh_image"), schema, error, "__", strict=True).drop(
-        "_lh_image", CDC_KEY
-    )
+
+    # get_json_object prints the image's numbers through a double: their digits are read in
+    # the record (a tombstone's key) itself, its VARIANT's image chosen as `image` chooses.
+    def image_in(whole: Column) -> Column:
+        def at(path: str) -> Column:
+            return exact_digits.present(F.try_variant_get(whole, path, "variant"))
+
+        def pick_in(path: str) -> Column:
+            return F.coalesce(at(f"$.payload.{path}"), at(f"$.{path}"))
+
+        root = F.coalesce(F.when(at("$.schema").isNotNull(), at("$.payload")), whole)
+        return (
+            F.when(tombstone | flattened, root)
+            .when(op == DELETE, pick_in("before"))
+            .otherwise(pick_in("after"))
+        )
+
+    whole = F.when(tombstone, F.col(RAW_KEY)).otherwise(F.col(RAW_VALUE)).cast("string")
+    cut = exact_digits.Cut(whole, image_in)
+    changes = parse_records(
+        with_image, F.col("_lh_image"), schema, error, "__", strict=True, cut=cut
+    ).drop("_lh_image", CDC_KEY)
     # A truncate has no image: not an error, and not checked against row rules.
     changes = changes.withColumn(
         ERROR, F.when(op == TRUNCATE, F.lit(None).cast("string")).otherwise(F.col(ERROR))

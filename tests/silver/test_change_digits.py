@@ -1,0 +1,141 @@
+"""A change's row image keeps every digit a JSON number was written with, through real Kafka,
+bronze and refine_silver, in each shape a change arrives in: a Debezium envelope (plain or
+`schemas.enable=true`), an ExtractNewRecordState-flattened row, a delete's `before` image, a
+tombstone's key, and Feldera's insert_delete changes (one, an array, or one per line). The
+image was cut out of the record by Spark's JSON functions, which print a number through a
+double (12345678901234567.89 became 1.2345678901234568E16) or a VARIANT, which does so for an
+exponent form: a decimal was stored rounded, and a delete removed the row whose key is the
+rounding's."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from lakehouse.core import kafka
+from lakehouse.core.settings import Settings
+from tests.bronze.helpers import new_source, run_ingest
+from tests.silver.helpers import current, run_refine, with_silver
+
+SCHEMA = "id INT, big DECIMAL(20,2), e DECIMAL(38,20), label STRING"
+# Decimals as JSON numbers, as a hand-written feed or Debezium's decimal.handling.mode=double
+# sends them (its default, precise, sends base64 digits).
+AS_NUMBERS = {"big": "text", "e": "text"}
+# As written in every change below; a double holds none of them exactly.
+BIG, E, LABEL = "12345678901234567.89", "1.2345678901234567891e3", "1.50"
+ROW = f'"big": {BIG}, "e": {E}, "label": {LABEL}'
+STORED = (Decimal(BIG), Decimal("1234.56789012345678910000"), LABEL)
+SOURCE = '"source": {{"lsn": {lsn}, "ts_ms": 1700000000000, "table": "t"}}'
+
+
+def envelope(op: str, lsn: int, before: str = "null", after: str = "null") -> bytes:
+    source = SOURCE.format(lsn=lsn)
+    return f'{{"before": {before}, "after": {after}, {source}, "op": "{op}"}}'.encode()
+
+
+def wrapped(payload: bytes) -> bytes:
+    """As Kafka Connect's JsonConverter writes it with `schemas.enable=true`."""
+    return b'{"schema": {"type": "struct", "optional": false}, "payload": ' + payload + b"}"
+
+
+def flat(lsn: int, fields: str) -> bytes:
+    return f'{{{fields}, "__op": "c", "__lsn": {lsn}, "__source_ts_ms": 1700000000000}}'.encode()
+
+
+def rounded(text: str) -> Decimal:
+    """What a double makes of `text`, at two decimals: the value a rounded image stored."""
+    return Decimal(float(text)).quantize(Decimal("0.01"))
+
+
+def test_a_cdc_row_image_keeps_every_digit_in_each_envelope_shape(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    name, settings = with_silver(
+        settings, source, mode="scd1", schema=SCHEMA, keys=("id",), encodings=AS_NUMBERS
+    )
+    other = '"big": 11111111111111111.11, "e": 1.1e0, "label": 2.50'
+    changes = [
+        envelope("c", 100, after=f'{{"id": 1, {ROW}, "x": {BIG}}}'),
+        wrapped(envelope("c", 110, after=f'{{"id": 2, {ROW}}}')),
+        flat(120, f'"id": 3, {ROW}'),
+        wrapped(flat(130, f'"id": 4, {ROW}')),
+        # REPLICA IDENTITY FULL: the before image holds the same keys with other digits.
+        envelope("u", 140, before=f'{{"id": 5, {other}}}', after=f'{{"id": 5, {ROW}}}'),
+    ]
+    kafka.produce(settings.kafka, topic, [(b'{"id": 0}', c, 0) for c in changes])
+    run_ingest(spark, settings, source, kind="cdc")
+    result = run_refine(spark, settings, name)
+    assert (result.rows_written, result.rows_quarantined) == (5, 0)
+
+    expected = spark.createDataFrame(
+        [(i, *STORED, f'{{"x":"{BIG}"}}' if i == 1 else None) for i in range(1, 6)],
+        f"{SCHEMA}, _rescued_data STRING",
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+
+
+def test_a_delete_and_a_tombstone_remove_the_row_of_their_exact_key_not_its_rounding(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    schema = "k DECIMAL(20,2), name STRING"
+    name, settings = with_silver(
+        settings, source, mode="scd1", schema=schema, keys=("k",), encodings={"k": "text"}
+    )
+    deleted, tombstoned = BIG, "22222222222222222.22"
+    # Each key's neighbour is the key a double rounds it to: the row a rounded image deleted.
+    neighbours = [rounded(deleted), rounded(tombstoned)]
+    assert [str(n) for n in neighbours] != [deleted, tombstoned]
+    key = wrapped(f'{{"k": {tombstoned}}}'.encode())
+    records: list[tuple[bytes, bytes | None]] = [
+        (b"{}", flat(100, f'"k": "{deleted}", "name": "deleted"')),
+        (b"{}", flat(110, f'"k": "{neighbours[0]}", "name": "kept"')),
+        (b"{}", flat(120, f'"k": "{tombstoned}", "name": "tombstoned"')),
+        (b"{}", flat(130, f'"k": "{neighbours[1]}", "name": "kept too"')),
+        (b"{}", envelope("d", 140, before=f'{{"k": {deleted}}}')),
+        (key, None),  # the SMT's default delete: a tombstone alone
+    ]
+    kafka.produce(settings.kafka, topic, [(k, v, 0) for k, v in records])
+    run_ingest(spark, settings, source, kind="cdc")
+    run_refine(spark, settings, name)
+
+    expected = spark.createDataFrame(
+        [(neighbours[0], "kept", None), (neighbours[1], "kept too", None)],
+        f"{schema}, _rescued_data STRING",
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+
+
+def test_insert_delete_changes_keep_every_digit_alone_in_an_array_and_one_per_line(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    source, topic, settings = new_source(kafka_up, format="insert_delete")
+    name, settings = with_silver(
+        settings, source, mode="scd1", schema=SCHEMA, keys=("id",), encodings=AS_NUMBERS
+    )
+    other = '"big": 11111111111111111.11, "e": 1.1e0, "label": 2.50'
+    values = [
+        f'{{"insert": {{"id": 1, {ROW}}}}}',
+        f'[{{"insert": {{"id": 2, {other}}}}}, {{"insert": {{"id": 3, {ROW}}}}}]',
+        f'{{"insert": {{"id": 4, {ROW}}}}}\n{{"insert": {{"id": 5, {other}}}}}',
+    ]
+    kafka.produce(settings.kafka, topic, [(None, v.encode(), 0) for v in values])
+    run_ingest(spark, settings, source)
+    result = run_refine(spark, settings, name)
+    assert (result.rows_written, result.rows_quarantined) == (5, 0)
+
+    second = (Decimal("11111111111111111.11"), Decimal("1.1"), "2.50")
+    expected = spark.createDataFrame(
+        [(i, *(second if i in (2, 5) else STORED), None) for i in range(1, 6)],
+        f"{SCHEMA}, _rescued_data STRING",
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
