@@ -28,9 +28,10 @@ Limits: a nested value keeps the map's print. Where the digits cannot be told (t
 the same double for one key, or a key the record writes with other JSON escapes than Spark's,
 `\\u0041` for `A`), a declared number column does not decode, a string column holds the
 VARIANT's text (`1.5` for `1.50`), and `_rescued_data` the map's print (the record is whole
-in bronze). A record with a duplicate key has no VARIANT: a column whose value the map printed
-as a double does not decode. A DOUBLE column looks up only a `0.0` (`1e-400`), in records
-with a negative exponent, and keeps `0.0` where it cannot be told.
+in bronze). A record with a duplicate key has no VARIANT, nor has a column whose name holds
+both quote characters a VARIANT path: their digits are looked up as written only. A DOUBLE
+column looks up only a `0.0` (`1e-400`), in records with a negative exponent, and keeps `0.0`
+where it cannot be told.
 """
 
 from __future__ import annotations
@@ -127,29 +128,22 @@ def text(name: str, how: str, current: Column, record: Column) -> Column:
     `current` (the map's text) where the map printed no double, or for a string or a nested
     value. Null (the value does not decode) where the digits cannot be told: the VARIANT
     holds a double, or failed to parse (duplicate keys), and no single text in the record
-    reads as it."""
+    reads as the map's double."""
     from pyspark.sql import functions as F
 
     as_json = json.dumps(name, ensure_ascii=False)[1:-1]  # the key as Spark writes it
     key_pattern = F.lit(re.escape(as_json))
     if how == ZERO:
-        # A double's own rounding is its nature; only a number below its range, which the
-        # map prints as 0.0, is looked up (and then does not decode), and only in a record
-        # with a negative exponent in it. The map's text where it cannot be told.
-        below = current.isin("0.0", "-0.0") & (record.contains("e-") | record.contains("E-"))
-        written = _as_written(key_pattern, F.lit(0.0), record)
-        return F.when(below, F.coalesce(written, current)).otherwise(current)
+        return _below_range(key_pattern, current, record)
+    written = _as_written(key_pattern, _map_double(current), record)
     path = _path(name)
     if path is None:
-        return F.when(printed_double(current), F.lit(None).cast("string")).otherwise(current)
+        return F.when(printed_double(current), written).otherwise(current)
     as_text = F.try_variant_get(F.col(VARIANT), path, "string")
-    field = F.try_variant_get(F.col(VARIANT), path, "variant")
-    kind = F.schema_of_variant(field)
+    kind = F.schema_of_variant(F.try_variant_get(F.col(VARIANT), path, "variant"))
     # Telling a double from a decimal costs ~0.5 s per million rows and column, less than
     # looking for an exponent in the record (bench/README, silver throughput).
     is_double = kind.isin("DOUBLE", "FLOAT")
-    double = F.try_variant_get(field, "$", "double")
-    written = _as_written(key_pattern, double, record)
     if how == WRITTEN:
         # The VARIANT's decimal drops a trailing zero and -0.0's sign: its text is the last
         # resort (a key written with other escapes, `caf\\u00e9`, is not found as written).
@@ -158,10 +152,29 @@ def text(name: str, how: str, current: Column, record: Column) -> Column:
         )
     else:
         # Digits that read as another number than the map's belong to another record than
-        # the one parsed (a cut's image chosen otherwise): refused, never taken.
-        agrees = as_text.try_cast("double") == F.regexp_replace(current, '"', "").try_cast("double")
-        exact = F.when(is_double, written).when(agrees, as_text)
+        # the one parsed (a cut's image chosen otherwise): refused, never taken. No VARIANT
+        # (duplicate keys): the digits as written.
+        agrees = as_text.try_cast("double") == _map_double(current)
+        exact = F.when(kind.isNull() | is_double, written).when(agrees, as_text)
     return F.when(printed_double(current), exact).otherwise(current)
+
+
+def _below_range(key_pattern: Column, current: Column, record: Column) -> Column:
+    """A DOUBLE column's text: a double's own rounding is its nature; only a number below
+    its range, which the map prints as 0.0, is looked up (and then does not decode), and only
+    in a record with a negative exponent in it. The map's text where it cannot be told."""
+    from pyspark.sql import functions as F
+
+    below = current.isin("0.0", "-0.0") & (record.contains("e-") | record.contains("E-"))
+    written = _as_written(key_pattern, F.lit(0.0), record)
+    return F.when(below, F.coalesce(written, current)).otherwise(current)
+
+
+def _map_double(current: Column) -> Column:
+    """The double the map printed (`"Infinity"` quoted)."""
+    from pyspark.sql import functions as F
+
+    return F.regexp_replace(current, '"', "").try_cast("double")
 
 
 def _path(name: str) -> str | None:
@@ -204,8 +217,7 @@ def in_map(rescued: Column, texts: Mapping[str, Column], record: Column) -> Colu
     from pyspark.sql import functions as F
 
     def value(key: Column, current: Column) -> Column:
-        double = F.regexp_replace(current, '"', "").try_cast("double")  # "Infinity" too
-        written = _as_written(_literal_pattern(key), double, record)
+        written = _as_written(_literal_pattern(key), _map_double(current), record)
         out = F.when(printed_double(current), F.coalesce(written, current)).otherwise(current)
         for name, exact in texts.items():
             out = F.when(key == name, F.coalesce(exact, current)).otherwise(out)

@@ -186,16 +186,21 @@ def test_numbers_past_a_doubles_range_odd_keys_and_unparsable_variants_are_never
 ) -> None:
     """The edges of finding a number's digits: a key with a quote, a key a Python producer
     writes escaped (`caf\\u00e9`), an exponent-form number a DECIMAL(38,20) holds exactly,
-    one past a double's range, and duplicate keys (the VARIANT parse fails: the value is
-    refused, where the map's rounded text was stored)."""
-    schema = "id BIGINT, `it's` BIGINT, d DECIMAL(38,20), s STRING, `café` STRING, r DOUBLE"
+    one past a double's range, duplicate keys (the VARIANT parse fails) and a name with both
+    quotes (no VARIANT path reads it): the digits are then found in the record's text."""
+    schema = (
+        "id BIGINT, `it's` BIGINT, d DECIMAL(38,20), s STRING, `café` STRING, r DOUBLE, "
+        "`o'k\"` BIGINT"
+    )
     events: list[object] = [
         b'{"id": 1, "it\'s": 12000000000.0000000001, "d": 1.2345678901234567891e3, '
         b'"s": 1e400, "caf\\u00e9": 1.50, "r": 1e-400}',
         b'{"id": 2, "it\'s": 7, "d": 1, "s": "x", "q": -1e400, "r": -0.0}',
         b'{"id": 3, "it\'s": 3.0000000000000000001, "it\'s": 3.0000000000000000001}',
+        b'{"id": 4, "d": 12345678901234567.89, "s": 2.50, "s": 2.50, "o\'k\\"": 1.2E1}',
     ]
     actual = appended(spark, kafka_up, schema, events)
+    three = "3.0000000000000000001"
     expected = spark.createDataFrame(
         [
             (
@@ -205,11 +210,13 @@ def test_numbers_past_a_doubles_range_odd_keys_and_unparsable_variants_are_never
                 "1e400",
                 "1.5",
                 None,  # below a double's range: the map printed 0.0
+                None,
                 '{"it\'s":"12000000000.0000000001","r":"1e-400"}',
             ),
-            (2, 7, Decimal(1), "x", None, -0.0, '{"q":"-1e400"}'),
-            # The record is whole in bronze; the rescued copy is the map's print, as it has it
-            (3, None, None, None, None, None, '{"it\'s":"3.0","it\'s":"3.0"}'),
+            (2, 7, Decimal(1), "x", None, -0.0, None, '{"q":"-1e400"}'),
+            # The record is whole in bronze; the rescued copy has both, as the map has them
+            (3, None, None, None, None, None, None, f'{{"it\'s":"{three}","it\'s":"{three}"}}'),
+            (4, None, Decimal("12345678901234567.89"), "2.50", None, None, 12, None),
         ],
         f"{schema}, _rescued_data STRING",
     )
