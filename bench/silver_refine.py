@@ -10,7 +10,10 @@ a fresh table with its own checkpoint; who goes first alternates. The hand-writt
 `readStream` of bronze's change feed from version 0, inserts only, `from_json(CAST(value AS
 STRING), schema)` plus the Kafka lineage columns, then a Delta append (append) or, in
 `foreachBatch`, the latest record per `order_id` by `ts` (`row_number`) MERGEd into the table
-(upsert). `--breakdown` also times, on the same bronze rows read as a static DataFrame and
+(upsert). `--modes scd1` refines Debezium envelopes (`bronze_ingest.envelope`, a CDC source
+of their own) into an scd1 table, against `foreachBatch` taking each envelope's row image
+(`before` for a delete) with `from_json`, the latest change per key by LSN, MERGEd (a delete
+deletes). `--breakdown` also times, on the same bronze rows read as a static DataFrame and
 written to Spark's `noop` sink, how far each step of a refine batch gets: the hand-written
 parse, refine's parse (`plan.transform`), plus the rules' evaluation, plus the cache and the
 batch's one aggregation. Needs Kafka (started here if it is not running, and stopped again at
@@ -31,6 +34,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from benchlib import cpu_seconds, jvm_pid, preload
+from bronze_ingest import envelope, envelope_key
 from silver_expectations import MAX_OFFSETS_PER_TRIGGER, PARTITIONS, SCHEMA, SOURCE, event
 
 from lakehouse.bronze.ingest import IngestOptions, ingest
@@ -51,7 +55,16 @@ if TYPE_CHECKING:
 Job = Callable[["SparkSession", Settings, str, str], int]
 
 
+CDC_SOURCE = "bench_customers"
+# The row image of `bronze_ingest.envelope`, as Debezium sends it (updated_at in microseconds).
+CDC_SCHEMA = "customer_id BIGINT, name STRING, email STRING, country STRING, updated_at TIMESTAMP"
+
+
 def silver_table(mode: str) -> SilverTableSettings:
+    if mode == "scd1":
+        return SilverTableSettings(
+            source=CDC_SOURCE, mode=mode, schema=CDC_SCHEMA, keys=("customer_id",)
+        )
     return SilverTableSettings(
         source=SOURCE,
         mode=mode,
@@ -134,6 +147,69 @@ def hand_upsert(spark: SparkSession, _settings: Settings, bronze: str, work: str
     query = (
         feed(spark, bronze)
         .writeStream.foreachBatch(upsert)
+        .option("checkpointLocation", f"{target}_checkpoint")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return sum(int(p["numInputRows"]) for p in query.recentProgress)
+
+
+def hand_scd1(spark: SparkSession, _settings: Settings, bronze: str, work: str) -> int:
+    """Debezium envelopes: the row image (`before` for a delete), the latest change per key
+    by LSN, MERGEd (a delete deletes)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    image = CDC_SCHEMA.replace("updated_at TIMESTAMP", "updated_at BIGINT")
+    envelope = f"struct<before: struct<{image}>, after: struct<{image}>, op: string, " + (
+        "source: struct<lsn: bigint, ts_ms: bigint>>"
+    )
+
+    def changes(batch: DataFrame) -> DataFrame:
+        e = F.from_json(F.col("value").cast("string"), envelope)
+        rows = batch.select(e.alias("e"), "topic", "partition", "offset")
+        row = F.when(F.col("e.op") == "d", F.col("e.before")).otherwise(F.col("e.after"))
+        return rows.select(
+            row.alias("r"),
+            F.col("e.op").alias("_op"),
+            F.col("e.source.lsn").alias("_seq"),
+            F.timestamp_millis(F.col("e.source.ts_ms")).alias("_ts"),
+            "topic",
+            "partition",
+            "offset",
+        ).select(
+            *[F.col(f"r.{n}") for n in ("customer_id", "name", "email", "country")],
+            F.timestamp_micros(F.col("r.updated_at")).alias("updated_at"),
+            "_op",
+            "_seq",
+            "_ts",
+            "topic",
+            "partition",
+            "offset",
+        )
+
+    target = f"{work}/hand_{uuid.uuid4().hex[:10]}"
+    empty = changes(spark.read.format("delta").load(bronze).limit(0))
+    empty.write.format("delta").save(target)
+
+    def apply(batch: DataFrame, _batch_id: int) -> None:
+        latest = Window.partitionBy("customer_id").orderBy(F.col("_seq").desc())
+        rows = changes(batch).withColumn("_n", F.row_number().over(latest)).where("_n = 1")
+        (
+            DeltaTable.forPath(spark, target)
+            .alias("t")
+            .merge(rows.drop("_n").alias("s"), "t.customer_id = s.customer_id")
+            .whenMatchedDelete("s._op = 'd'")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll("s._op != 'd'")
+            .execute()
+        )
+
+    query = (
+        feed(spark, bronze)
+        .writeStream.foreachBatch(apply)
         .option("checkpointLocation", f"{target}_checkpoint")
         .trigger(availableNow=True)
         .start()
@@ -225,32 +301,47 @@ def main() -> None:
     start_kafka(settings)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     preload(settings, topic, args.events, event, PARTITIONS)
-    source = SourceSettings(
-        kind="events", topics=(topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
-    )
-    settings = replace(settings, sources={SOURCE: source}, silver={})
+    sources = {
+        SOURCE: SourceSettings(
+            kind="events", topics=(topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
+        )
+    }
+    if "scd1" in modes:  # Debezium envelopes in a CDC source of their own
+        cdc_topic = f"bench-cdc-{uuid.uuid4().hex[:8]}"
+        preload(settings, cdc_topic, args.events, envelope, PARTITIONS, envelope_key)
+        sources[CDC_SOURCE] = SourceSettings(
+            kind="cdc", topics=(cdc_topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
+        )
+    settings = replace(settings, sources=sources, silver={})
     spark = build_session(settings, "bench-silver-refine")
     pid = jvm_pid(spark)
     results: list[dict[str, Any]] = []
     try:
-        ingested = ingest(spark, settings, IngestOptions(SOURCE), "events")
-        print(f"bronze holds {ingested.rows} events")
-        kafka.delete_topics(settings.kafka, [topic])
-        bronze = tables.table_path(settings, settings.bronze_table(SOURCE))
-        hand = {"append": hand_append, "upsert": hand_upsert}
+        for name, source in sources.items():
+            ingested = ingest(spark, settings, IngestOptions(name), source.kind)
+            print(f"bronze of {name} holds {ingested.rows} records")
+            kafka.delete_topics(settings.kafka, list(source.topics))
+        bronzes = {
+            kind: tables.table_path(settings, settings.bronze_table(name))
+            for kind, name in (("events", SOURCE), ("cdc", CDC_SOURCE))
+            if name in sources
+        }
+        bronze = bronzes["events"]
+        hand = {"append": hand_append, "upsert": hand_upsert, "scd1": hand_scd1}
         jobs = {
             (m, j): refine_job(m) if j == "refine" else hand[m]
             for m in modes
             for j in ("refine", "hand")
         }
-        for job in jobs.values():  # warm-up: JIT, class loading, bronze in the page cache
-            job(spark, settings, bronze, work)
+        for (mode, _), job in jobs.items():  # warm-up: JIT, class loading, the page cache
+            job(spark, settings, bronzes["cdc" if mode == "scd1" else "events"], work)
         for round_no in range(args.rounds):
             for mode in modes:
                 order = ["refine", "hand"] if round_no % 2 == 0 else ["hand", "refine"]
                 for label in order:
                     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-                    rows = jobs[(mode, label)](spark, settings, bronze, work)
+                    path = bronzes["cdc" if mode == "scd1" else "events"]
+                    rows = jobs[(mode, label)](spark, settings, path, work)
                     wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
                     record = {
                         "mode": mode,
