@@ -155,41 +155,46 @@ def hand_upsert(spark: SparkSession, _settings: Settings, bronze: str, work: str
     return sum(int(p["numInputRows"]) for p in query.recentProgress)
 
 
-def hand_scd1(spark: SparkSession, _settings: Settings, bronze: str, work: str) -> int:
-    """Debezium envelopes: the row image (`before` for a delete), the latest change per key
-    by LSN, MERGEd (a delete deletes)."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import Window
+def cdc_image(batch: DataFrame) -> DataFrame:
+    """The hand-written parse of a Debezium envelope: its row image (`before` for a delete)
+    with one `from_json`, the op, LSN, source time and Kafka lineage."""
     from pyspark.sql import functions as F
 
     image = CDC_SCHEMA.replace("updated_at TIMESTAMP", "updated_at BIGINT")
     envelope = f"struct<before: struct<{image}>, after: struct<{image}>, op: string, " + (
         "source: struct<lsn: bigint, ts_ms: bigint>>"
     )
+    e = F.from_json(F.col("value").cast("string"), envelope)
+    rows = batch.select(e.alias("e"), "topic", "partition", "offset")
+    row = F.when(F.col("e.op") == "d", F.col("e.before")).otherwise(F.col("e.after"))
+    return rows.select(
+        row.alias("r"),
+        F.col("e.op").alias("_op"),
+        F.col("e.source.lsn").alias("_seq"),
+        F.timestamp_millis(F.col("e.source.ts_ms")).alias("_ts"),
+        "topic",
+        "partition",
+        "offset",
+    ).select(
+        *[F.col(f"r.{n}") for n in ("customer_id", "name", "email", "country")],
+        F.timestamp_micros(F.col("r.updated_at")).alias("updated_at"),
+        "_op",
+        "_seq",
+        "_ts",
+        "topic",
+        "partition",
+        "offset",
+    )
 
-    def changes(batch: DataFrame) -> DataFrame:
-        e = F.from_json(F.col("value").cast("string"), envelope)
-        rows = batch.select(e.alias("e"), "topic", "partition", "offset")
-        row = F.when(F.col("e.op") == "d", F.col("e.before")).otherwise(F.col("e.after"))
-        return rows.select(
-            row.alias("r"),
-            F.col("e.op").alias("_op"),
-            F.col("e.source.lsn").alias("_seq"),
-            F.timestamp_millis(F.col("e.source.ts_ms")).alias("_ts"),
-            "topic",
-            "partition",
-            "offset",
-        ).select(
-            *[F.col(f"r.{n}") for n in ("customer_id", "name", "email", "country")],
-            F.timestamp_micros(F.col("r.updated_at")).alias("updated_at"),
-            "_op",
-            "_seq",
-            "_ts",
-            "topic",
-            "partition",
-            "offset",
-        )
 
+def hand_scd1(spark: SparkSession, _settings: Settings, bronze: str, work: str) -> int:
+    """Debezium envelopes: the row image, the latest change per key by LSN, MERGEd (a
+    delete deletes)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    changes = cdc_image
     target = f"{work}/hand_{uuid.uuid4().hex[:10]}"
     empty = changes(spark.read.format("delta").load(bronze).limit(0))
     empty.write.format("delta").save(target)
@@ -218,14 +223,15 @@ def hand_scd1(spark: SparkSession, _settings: Settings, bronze: str, work: str) 
     return sum(int(p["numInputRows"]) for p in query.recentProgress)
 
 
-def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int) -> None:
-    """Seconds to reach each step of a refine batch (append, no expectations) on the same
-    bronze rows, each written to the `noop` sink; medians of `rounds` after a warm-up."""
+def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int, mode: str) -> None:
+    """Seconds to reach each step of a refine batch (`mode`'s table, no expectations) on the
+    same bronze rows, each written to the `noop` sink; medians of `rounds` after a warm-up.
+    The pieces of the map parse are timed for the events modes only."""
     name = f"bench_{uuid.uuid4().hex[:10]}"
-    table = silver_table("append")
+    table = silver_table(mode)
     fresh = replace(settings, silver={name: table})
     path = silver_plan.silver_path(fresh, name)
-    plan = silver_plan.prepare(spark, fresh, name, table, "events", path)
+    plan = silver_plan.prepare(spark, fresh, name, table, _kind(mode), path)
     rows = spark.read.format("delta").load(bronze)
 
     def noop(df: DataFrame) -> None:
@@ -251,8 +257,9 @@ def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int)
     as_map = F.from_json(text, "map<string,string>")
     names = plan.schema.names
     struct, encodings = plan.schema.struct, plan.schema.encodings
+    hand_parse = cdc_image if mode == "scd1" else parsed
     steps: dict[str, Callable[[], None]] = {
-        "hand-written parse": lambda: noop(parsed(rows)),
+        "hand-written parse": lambda: noop(hand_parse(rows)),
         "  map<string,string> parse": lambda: noop(
             rows.select(as_map.alias("m")).select(*[F.col("m")[n] for n in names])
         ),
@@ -264,6 +271,10 @@ def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int)
                 *decode.decoded_columns(F.col("m"), F.lit(None), struct, encodings)
             )
         ),
+    }
+    if mode == "scd1":
+        steps = {"hand-written parse": steps["hand-written parse"]}
+    steps |= {
         "refine parse (transform)": lambda: noop(
             silver_plan.transform(rows, plan.table, plan.kind, plan.schema)
         ),
@@ -277,7 +288,7 @@ def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int)
             step()
             if round_no:  # round 0 warms up
                 times[label].append(time.perf_counter() - t0)
-    print("\nbreakdown (static read of bronze, noop sink, medians):")
+    print(f"\nbreakdown of {mode} (static read of bronze, noop sink, medians):")
     for label, values in times.items():
         print(f"  {label:<42} {statistics.median(values):6.2f} s")
 
@@ -326,7 +337,6 @@ def main() -> None:
             for kind, name in (("events", SOURCE), ("cdc", CDC_SOURCE))
             if name in sources
         }
-        bronze = bronzes["events"]
         hand = {"append": hand_append, "upsert": hand_upsert, "scd1": hand_scd1}
         jobs = {
             (m, j): refine_job(m) if j == "refine" else hand[m]
@@ -334,13 +344,13 @@ def main() -> None:
             for j in ("refine", "hand")
         }
         for (mode, _), job in jobs.items():  # warm-up: JIT, class loading, the page cache
-            job(spark, settings, bronzes["cdc" if mode == "scd1" else "events"], work)
+            job(spark, settings, bronzes[_kind(mode)], work)
         for round_no in range(args.rounds):
             for mode in modes:
                 order = ["refine", "hand"] if round_no % 2 == 0 else ["hand", "refine"]
                 for label in order:
                     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-                    path = bronzes["cdc" if mode == "scd1" else "events"]
+                    path = bronzes[_kind(mode)]
                     rows = jobs[(mode, label)](spark, settings, path, work)
                     wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
                     record = {
@@ -353,13 +363,18 @@ def main() -> None:
                     results.append(record)
                     print(json.dumps(record))
         if args.breakdown:
-            breakdown(spark, settings, bronze, args.rounds)
+            for mode in modes:
+                breakdown(spark, settings, bronzes[_kind(mode)], args.rounds, mode)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
         if not kafka_was_running:
             stop_kafka(settings)
     report(results, modes, args.events)
+
+
+def _kind(mode: str) -> str:
+    return "cdc" if mode == "scd1" else "events"
 
 
 def report(results: list[dict[str, Any]], modes: list[str], events: int) -> None:
