@@ -119,7 +119,14 @@ def variant(
     needed = printed[0]
     for p in printed[1:]:
         needed = needed | p
-    parsed = within.record(F.try_parse_json(within.whole)) if within else F.try_parse_json(record)
+    if within is None:
+        parsed = F.try_parse_json(record)
+    else:
+        # A whole that parses but holds no such record is a JSON null, not "no VARIANT":
+        # only a text that does not parse has its digits looked up in the text alone.
+        whole = F.try_parse_json(within.whole)
+        image = F.coalesce(within.record(whole), F.parse_json(F.lit("null")))
+        parsed = F.when(whole.isNotNull(), image)
     return F.when(needed, parsed).alias(VARIANT)
 
 
@@ -144,18 +151,23 @@ def text(name: str, how: str, current: Column, record: Column) -> Column:
     # Telling a double from a decimal costs ~0.5 s per million rows and column, less than
     # looking for an exponent in the record (bench/README, silver throughput).
     is_double = kind.isin("DOUBLE", "FLOAT")
+    # No VARIANT (the text does not parse: duplicate keys): the digits as written. A VARIANT
+    # without the key (a cut's image not found in its whole): refused, as the text may hold
+    # the key elsewhere, in another image.
+    unparsed = F.col(VARIANT).isNull()
     if how == WRITTEN:
         # The VARIANT's decimal drops a trailing zero and -0.0's sign: its text is the last
         # resort (a key written with other escapes, `caf\\u00e9`, is not found as written).
-        exact = F.when(kind.isin("STRING", "OBJECT", "ARRAY"), current).otherwise(
-            F.coalesce(written, F.when(~is_double, as_text))
+        exact = (
+            F.when(kind.isin("STRING", "OBJECT", "ARRAY"), current)
+            .when(~unparsed & kind.isNull(), F.lit(None).cast("string"))
+            .otherwise(F.coalesce(written, F.when(~is_double, as_text)))
         )
     else:
         # Digits that read as another number than the map's belong to another record than
-        # the one parsed (a cut's image chosen otherwise): refused, never taken. No VARIANT
-        # (duplicate keys): the digits as written.
+        # the one parsed (a cut's image chosen otherwise): refused, never taken.
         agrees = as_text.try_cast("double") == _map_double(current)
-        exact = F.when(kind.isNull() | is_double, written).when(agrees, as_text)
+        exact = F.when(unparsed | is_double, written).when(agrees, as_text)
     return F.when(printed_double(current), exact).otherwise(current)
 
 

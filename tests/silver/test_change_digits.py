@@ -9,6 +9,7 @@ rounding's."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 from chispa import assert_df_equality
@@ -27,6 +28,9 @@ AS_NUMBERS = {"big": "text", "e": "text"}
 BIG, E, LABEL = "12345678901234567.89", "1.2345678901234567891e3", "1.50"
 ROW = f'"big": {BIG}, "e": {E}, "label": {LABEL}'
 STORED = (Decimal(BIG), Decimal("1234.56789012345678910000"), LABEL)
+# Another row: `big` the same double as BIG, other digits.
+NEAR = '"big": 12345678901234567.88, "e": 1.1e0, "label": 2.50'
+NEAR_STORED = (Decimal("12345678901234567.88"), Decimal("1.1"), "2.50")
 SOURCE = '"source": {{"lsn": {lsn}, "ts_ms": 1700000000000, "table": "t"}}'
 
 
@@ -56,14 +60,14 @@ def test_a_cdc_row_image_keeps_every_digit_in_each_envelope_shape(
     name, settings = with_silver(
         settings, source, mode="scd1", schema=SCHEMA, keys=("id",), encodings=AS_NUMBERS
     )
-    other = '"big": 11111111111111111.11, "e": 1.1e0, "label": 2.50'
     changes = [
         envelope("c", 100, after=f'{{"id": 1, {ROW}, "x": {BIG}}}'),
         wrapped(envelope("c", 110, after=f'{{"id": 2, {ROW}}}')),
         flat(120, f'"id": 3, {ROW}'),
         wrapped(flat(130, f'"id": 4, {ROW}')),
-        # REPLICA IDENTITY FULL: the before image holds the same keys with other digits.
-        envelope("u", 140, before=f'{{"id": 5, {other}}}', after=f'{{"id": 5, {ROW}}}'),
+        # REPLICA IDENTITY FULL: the before image holds the same keys, `big` with other
+        # digits of the same double: only the image itself tells which are the row's.
+        envelope("u", 140, before=f'{{"id": 5, {NEAR}}}', after=f'{{"id": 5, {ROW}}}'),
     ]
     kafka.produce(settings.kafka, topic, [(b'{"id": 0}', c, 0) for c in changes])
     run_ingest(spark, settings, source, kind="cdc")
@@ -120,20 +124,22 @@ def test_insert_delete_changes_keep_every_digit_alone_in_an_array_and_one_per_li
     name, settings = with_silver(
         settings, source, mode="scd1", schema=SCHEMA, keys=("id",), encodings=AS_NUMBERS
     )
-    other = '"big": 11111111111111111.11, "e": 1.1e0, "label": 2.50'
+    as_string = json.dumps(f'{{"insert": {{"id": 6, "big": {BIG}}}}}')
     values = [
         f'{{"insert": {{"id": 1, {ROW}}}}}',
-        f'[{{"insert": {{"id": 2, {other}}}}}, {{"insert": {{"id": 3, {ROW}}}}}]',
-        f'{{"insert": {{"id": 4, {ROW}}}}}\n{{"insert": {{"id": 5, {other}}}}}',
+        f'[{{"insert": {{"id": 2, {NEAR}}}}}, {{"insert": {{"id": 3, {ROW}}}}}]',
+        f'{{"insert": {{"id": 4, {ROW}}}}}\n{{"insert": {{"id": 5, {NEAR}}}}}',
+        # A change sent as a JSON string holds its digits where no lookup reads them: its
+        # number is refused, not taken from the next change (the same double).
+        f'[{as_string}, {{"insert": {{"id": 7, {NEAR}}}}}]',
     ]
     kafka.produce(settings.kafka, topic, [(None, v.encode(), 0) for v in values])
     run_ingest(spark, settings, source)
     result = run_refine(spark, settings, name)
-    assert (result.rows_written, result.rows_quarantined) == (5, 0)
+    assert (result.rows_written, result.rows_quarantined) == (6, 1)
 
-    second = (Decimal("11111111111111111.11"), Decimal("1.1"), "2.50")
     expected = spark.createDataFrame(
-        [(i, *(second if i in (2, 5) else STORED), None) for i in range(1, 6)],
+        [(i, *(NEAR_STORED if i in (2, 5, 7) else STORED), None) for i in (1, 2, 3, 4, 5, 7)],
         f"{SCHEMA}, _rescued_data STRING",
     )
     assert_df_equality(
