@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import statistics
 import tempfile
@@ -302,6 +303,9 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="4g")
     args = parser.parse_args()
     modes = args.modes.split(",")
+    # Each refine batch's line: its phases (check, silver, quarantine, metrics) and seconds.
+    logging.basicConfig(format="  %(message)s", level=logging.WARNING)
+    logging.getLogger("lakehouse.core.streaming").setLevel(logging.INFO)
 
     work = tempfile.mkdtemp(prefix="bench-silver-refine-")
     settings = load_settings(

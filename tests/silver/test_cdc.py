@@ -5,7 +5,10 @@ resurrect a row, and `--full-refresh` rebuilding the same table from bronze."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
@@ -77,6 +80,29 @@ def test_cdc_apply_truncate_and_full_refresh(spark: SparkSession, kafka_up: Sett
     )
     rejected = quarantine(spark, settings, name).select("offset", "parse_error", "status")
     assert [tuple(r) for r in rejected.collect()] == [(6, "unknown_op", "quarantined")]
+
+
+def test_a_cdc_batch_line_counts_each_change_once(
+    spark: SparkSession, kafka_up: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The line read the query's input count, which counts every scan of the feed: a CDC
+    # batch was scanned twice (once for its tombstones and placeholders), and said 6 for 3.
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    name, settings = with_silver(settings, source, mode="scd1", schema=SCHEMA, keys=("id",))
+    send(
+        settings,
+        topic,
+        [
+            change("c", 100, after={"id": 1, "name": "ada"}),
+            change("c", 110, after={"id": 2, "name": "bob"}),
+            change("u", 120, after={"id": 1, "name": "ada2"}),
+        ],
+    )
+    run_ingest(spark, settings, source, kind="cdc")
+    caplog.set_level(logging.INFO, logger="lakehouse.core.streaming")
+    assert run_refine(spark, settings, name).rows_in == 3
+    counts = re.findall(r"batch 0: (\d+) rows in", caplog.text)
+    assert counts == ["3"], caplog.text[-2000:]
 
 
 def test_a_source_time_past_the_supported_years_does_not_fail_the_batch(
