@@ -79,13 +79,16 @@ def await_query(
     progress: bool = False,
     detail: Callable[[int], str] | None = None,
     behind: Callable[[dict[str, Any]], str] | None = None,
+    rows: Callable[[int], int | None] | None = None,
 ) -> None:
     """Wait for the query. In continuous mode SIGTERM/SIGINT stop it and exit 0; a batch in
     flight is not committed and is redone on restart (Delta commits are atomic and the sink
     idempotent, so even SIGKILL loses or duplicates nothing). With `progress`, one line per
     micro-batch: rows in, what the job did with them (`detail` of the batch id), rate, and
-    how far the source is behind (`behind` of the progress report; default: Kafka's)."""
-    lines = _ProgressLines(query, detail, behind or kafka_behind) if progress else None
+    how far the source is behind (`behind` of the progress report; default: Kafka's). `rows`
+    gives the job's own count of a batch's rows where it has one: the query's input count
+    counts every scan of the source, so a batch that reads its input twice says twice."""
+    lines = _ProgressLines(query, detail, behind or kafka_behind, rows) if progress else None
     with stop_on_signals(trigger) as stop:
         while not stop.is_set():
             done = query.awaitTermination(1)
@@ -110,10 +113,12 @@ class _ProgressLines:
         query: StreamingQuery,
         detail: Callable[[int], str] | None = None,
         behind: Callable[[dict[str, Any]], str] | None = None,
+        rows: Callable[[int], int | None] | None = None,
     ) -> None:
         self.query = query
         self.detail = detail
         self.behind = behind or kafka_behind
+        self.rows = rows
         self.last = -1
 
     def log_new(self) -> None:
@@ -125,13 +130,17 @@ class _ProgressLines:
             if batch <= self.last or rows == 0:
                 continue
             self.last = batch
+            rate = float(report.get("processedRowsPerSecond") or 0.0)
+            counted = self.rows(batch) if self.rows else None
+            if counted is not None:  # the same batch time, the job's own count
+                rows, rate = counted, rate * counted / rows
             log.info(
                 "%s batch %d: %d rows in%s, %.0f rows/s%s",
                 self.query.name,
                 batch,
                 rows,
                 self.detail(batch) if self.detail else "",
-                float(report.get("processedRowsPerSecond") or 0.0),
+                rate,
                 self.behind(report),
             )
 

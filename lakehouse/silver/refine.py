@@ -83,6 +83,7 @@ class RefineResult:
     # Per recent batch id: what it did, for its console line (logged from the query's
     # progress, which comes after the batch; bounded for continuous runs).
     details: dict[int, str] = field(default_factory=dict, repr=False)
+    inputs: dict[int, int] = field(default_factory=dict, repr=False)
 
     def summary(self) -> str:
         """The run in one line (a job prints it last on stdout)."""
@@ -107,13 +108,20 @@ class RefineResult:
             f", {stats.written} written, {stats.dropped} dropped, {stats.quarantined} "
             f"quarantined{' (failed: ' + failing + ')' if failing else ''}; {stats.timing()}"
         )
+        self.inputs[batch_id] = stats.rows
         while len(self.details) > _DETAILS_KEPT:
             del self.details[next(iter(self.details))]
+        while len(self.inputs) > _DETAILS_KEPT:
+            del self.inputs[next(iter(self.inputs))]
 
     def detail(self, batch_id: int) -> str:
         """`, W written, D dropped, Q quarantined` (and the failing rules) of a batch, and
         where its time went (`BatchStats.timing`)."""
         return self.details.pop(batch_id, "")
+
+    def input_rows(self, batch_id: int) -> int | None:
+        """The rows a batch read from bronze's feed, counted once (for its console line)."""
+        return self.inputs.pop(batch_id, None)
 
 
 def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> RefineResult:
@@ -176,6 +184,7 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
             options.trigger,
             progress=True,
             detail=result.detail,
+            rows=result.input_rows,
             behind=delta_behind(partial(tables.latest_version, spark, source_path)),
         )
     except Exception:
