@@ -20,7 +20,7 @@ from lakehouse.core.specs import SilverTableSettings
 from lakehouse.quality.expectations import Expectation, from_settings
 from lakehouse.quality.metrics import metrics_schema
 from lakehouse.quality.quarantine import quarantine_schema
-from lakehouse.silver import decode, scd1, scd2
+from lakehouse.silver import cdc, decode, scd1, scd2
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import OP, SEQ, TS
 from lakehouse.silver.insert_delete import insert_delete_changes
@@ -207,7 +207,7 @@ def transform(
 ) -> DataFrame:
     """`kind`: how the source's records read (`SourceSettings.records`)."""
     if kind == "cdc":
-        return silver.cdc_changes(bronze_rows, table, schema)
+        return cdc.cdc_changes(bronze_rows, table, schema)
     if kind == "changes":
         return insert_delete_changes(bronze_rows, table, schema)
     return silver.event_records(bronze_rows, table, schema)
