@@ -303,7 +303,7 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="4g")
     args = parser.parse_args()
     modes = args.modes.split(",")
-    # Each refine batch's line: its phases (check, silver, quarantine, metrics) and seconds.
+    # Each refine batch's line: its phases (parse for CDC, check, silver, quarantine, metrics).
     logging.basicConfig(format="  %(message)s", level=logging.WARNING)
     logging.getLogger("lakehouse.core.streaming").setLevel(logging.INFO)
 

@@ -47,6 +47,9 @@ class BatchStats(BatchCounts):
     undecoded: dict[str, int] = field(default_factory=dict)
     # Where the batch's time went: (phase, seconds) in order (`refine_batch`).
     phases: tuple[tuple[str, float], ...] = ()
+    # The rows a CDC batch read from bronze's feed, counted once (its resolution reads the
+    # feed again, and drops a tombstone that repeats its delete); None for other batches.
+    read: int | None = None
 
     def timing(self) -> str:
         """`2.31 s: check 0.20, silver 1.15, metrics 0.59` (empty before the batch ran)."""
@@ -77,16 +80,18 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
     spark = batch.sparkSession
     clock = _Clock()
     records = transform(batch, plan.table, plan.kind, plan.schema)
-    evaluated = silver.evaluated_for_cache(records, plan.expectations).persist()
+    columns = toast.toast_columns(records, plan.table.keys) if plan.kind == "cdc" else []
+    first = _placeholders_unchecked(records, columns)
+    evaluated = silver.evaluated_for_cache(first, plan.expectations).persist()
+    read: int | None = None
     try:
         if plan.kind == "cdc":
             # The scan that looks for tombstones and placeholders fills the cache every later
-            # step reads: the batch is parsed once when it holds neither (the usual case). It
-            # scanned the parse uncached, so every CDC batch was parsed twice (16 s of 45 per
-            # million changes, bench/README.md). A batch that holds either is resolved from
-            # its records and evaluated again.
-            columns = toast.toast_columns(records, plan.table.keys)
-            has_tombstones, has_placeholders = _carries(evaluated, columns)
+            # step reads: the batch is parsed once when it holds neither (inserts and updates
+            # only). It scanned the parse uncached, so every CDC batch was parsed twice (16 s
+            # of 45 per million changes, bench/README.md). A batch that holds either is
+            # resolved from its records and evaluated again.
+            has_tombstones, has_placeholders, read = _carries(evaluated, columns)
             if has_tombstones or has_placeholders:
                 evaluated.unpersist()
                 if has_tombstones:
@@ -128,7 +133,19 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
         faults.point("after_metrics_commit")  # the checkpoint's commit of the batch comes next
     finally:
         evaluated.unpersist()
-    return replace(stats, phases=tuple(clock.phases))
+    return replace(stats, phases=tuple(clock.phases), read=read)
+
+
+def _placeholders_unchecked(records: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """`records` with no rule applied to a row carrying a TOAST placeholder: it is not the
+    row's value, and a rule such as `parse_json(doc) IS NOT NULL` raises on it. Such rows are
+    resolved and evaluated again (`refine_batch`); without placeholders nothing changes."""
+    from pyspark.sql import functions as F
+
+    if not columns:
+        return records
+    placeholder = toast.carries_toast_placeholder(records, columns)
+    return records.withColumn(silver.CHECKED, F.col(silver.CHECKED) & ~placeholder)
 
 
 def _drift(
@@ -149,17 +166,19 @@ def _drift(
     return False
 
 
-def _carries(records: DataFrame, toast_columns: Sequence[str]) -> tuple[bool, bool]:
-    """Whether the batch holds tombstones, and unchanged-TOAST placeholders: one scan answers
-    both, so a batch with neither (the usual case) reads nothing else."""
+def _carries(records: DataFrame, toast_columns: Sequence[str]) -> tuple[bool, bool, int]:
+    """Whether the batch holds tombstones, and unchanged-TOAST placeholders, and how many
+    rows it holds (one per record read): one scan answers all three."""
     from pyspark.sql import functions as F
 
     placeholders = toast.carries_toast_placeholder(records, toast_columns)
     row = records.agg(
-        F.max(F.col(silver.TOMBSTONE_ROW).cast("int")), F.max(placeholders.cast("int"))
+        F.max(F.col(silver.TOMBSTONE_ROW).cast("int")),
+        F.max(placeholders.cast("int")),
+        F.count(F.lit(1)),
     ).first()
     assert row is not None  # an aggregation without grouping returns one row
-    return bool(row[0]), bool(row[1])
+    return bool(row[0]), bool(row[1]), int(row[2])
 
 
 def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:

@@ -108,7 +108,8 @@ class RefineResult:
             f", {stats.written} written, {stats.dropped} dropped, {stats.quarantined} "
             f"quarantined{' (failed: ' + failing + ')' if failing else ''}; {stats.timing()}"
         )
-        self.inputs[batch_id] = stats.rows
+        if stats.read is not None:
+            self.inputs[batch_id] = stats.read
         while len(self.details) > _DETAILS_KEPT:
             del self.details[next(iter(self.details))]
         while len(self.inputs) > _DETAILS_KEPT:
@@ -120,7 +121,8 @@ class RefineResult:
         return self.details.pop(batch_id, "")
 
     def input_rows(self, batch_id: int) -> int | None:
-        """The rows a batch read from bronze's feed, counted once (for its console line)."""
+        """The rows a CDC batch read from bronze's feed, counted once (for its console line);
+        None for other batches, which scan their feed once: the query's count is right."""
         return self.inputs.pop(batch_id, None)
 
 

@@ -1,4 +1,5 @@
-"""Silver transformations: bronze rows -> parsed, flattened, checked records or CDC changes.
+"""Silver transformations: bronze rows -> parsed, flattened, checked records (CDC changes are
+cut from Debezium's records in `lakehouse.silver.cdc`, then parsed here).
 
 Pure DataFrame -> DataFrame functions; `lakehouse.silver.refine` does the reads, writes and MERGEs.
 

@@ -4,6 +4,8 @@ idempotent replay of a batch."""
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -539,3 +541,25 @@ def test_equal_sequence_values_are_settled_by_first_arrival_through_refine(
     assert statuses() == [(1, "created"), (2, "lost")]
     run_refine(spark, settings, name, full_refresh=True)  # all of bronze in one batch
     assert statuses() == [(1, "created"), (2, "lost")]
+
+
+def test_an_exploded_batch_line_counts_the_records_read_not_the_rows_made(
+    spark: SparkSession, kafka_up: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list[object] = [
+        {"order_id": 1, "items": [{"sku": "a"}, {"sku": "b"}, {"sku": "c"}]},
+        {"order_id": 2, "items": []},
+    ]
+    _source, _topic, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        events,
+        mode="append",
+        schema="order_id BIGINT, items ARRAY<STRUCT<sku: STRING>>",
+        explode=("items",),
+    )
+    caplog.set_level(logging.INFO, logger="lakehouse.core.streaming")
+    run_refine(spark, settings, name)
+    counts = re.findall(r"refine_silver_\w+ batch (\d+): (\d+) rows in", caplog.text)
+    assert counts == [("0", "2")], caplog.text[-2000:]
+    assert current(spark, settings, name).count() == 4  # three items, and the empty record
