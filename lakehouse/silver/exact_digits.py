@@ -30,8 +30,10 @@ the same double for one key, or a key the record writes with other JSON escapes 
 VARIANT's text (`1.5` for `1.50`), and `_rescued_data` the map's print (the record is whole
 in bronze). A record with a duplicate key has no VARIANT, nor has a column whose name holds
 both quote characters a VARIANT path: their digits are looked up as written only. A DOUBLE
-column looks up only a `0.0` (`1e-400`), in records with a negative exponent, and keeps `0.0`
-where it cannot be told.
+column looks up only a number outside its range: a `0.0` (`1e-400`), in records with a
+negative exponent, and keeps `0.0` where it cannot be told, and one past it (`1e400`).
+Cutting an image writes a number past a double's range as the string "Infinity": the image's
+VARIANT tells it from a string sent so.
 """
 
 from __future__ import annotations
@@ -114,6 +116,8 @@ def variant(
     from pyspark.sql import functions as F
 
     printed = [printed_double(raw[n]) for n, how in names.items() if how != ZERO]
+    if within is not None:
+        printed += [cut_infinity(raw[n]) for n in names]
     if not printed:
         return None
     needed = printed[0]
@@ -130,24 +134,36 @@ def variant(
     return F.when(needed, parsed).alias(VARIANT)
 
 
-def text(name: str, how: str, current: Column, record: Column) -> Column:
+def cut_infinity(current: Column) -> Column:
+    """Whether a cut record's map text may be a number past a double's range, which
+    get_json_object writes as the string "Infinity" (the map alone prints it quoted)."""
+    return current.isin("Infinity", "-Infinity")
+
+
+def text(name: str, how: str, current: Column, record: Column, cut: bool = False) -> Column:
     """Column `name`'s text with a JSON number's digits as written (`how`: see `columns`);
     `current` (the map's text) where the map printed no double, or for a string or a nested
     value. Null (the value does not decode) where the digits cannot be told: the VARIANT
     holds a double, or failed to parse (duplicate keys), and no single text in the record
-    reads as the map's double."""
+    reads as the map's double. A `cut` record's "Infinity" is a number's where its VARIANT
+    holds a double there: it reads as the map's print of one."""
     from pyspark.sql import functions as F
 
     as_json = json.dumps(name, ensure_ascii=False)[1:-1]  # the key as Spark writes it
     key_pattern = F.lit(re.escape(as_json))
-    if how == ZERO:
-        return _below_range(key_pattern, current, record)
-    written = _as_written(key_pattern, _map_double(current), record)
     path = _path(name)
-    if path is None:
+    kind = None
+    if path is not None:
+        kind = F.schema_of_variant(F.try_variant_get(F.col(VARIANT), path, "variant"))
+    if cut and kind is not None:
+        past_range = cut_infinity(current) & kind.isin("DOUBLE", "FLOAT")
+        current = F.when(past_range, F.concat(F.lit('"'), current, F.lit('"'))).otherwise(current)
+    if how == ZERO:
+        return _outside_range(key_pattern, current, record)
+    written = _as_written(key_pattern, _map_double(current), record)
+    if path is None or kind is None:
         return F.when(printed_double(current), written).otherwise(current)
     as_text = F.try_variant_get(F.col(VARIANT), path, "string")
-    kind = F.schema_of_variant(F.try_variant_get(F.col(VARIANT), path, "variant"))
     # Telling a double from a decimal costs ~0.5 s per million rows and column, less than
     # looking for an exponent in the record (bench/README, silver throughput).
     is_double = kind.isin("DOUBLE", "FLOAT")
@@ -171,15 +187,18 @@ def text(name: str, how: str, current: Column, record: Column) -> Column:
     return F.when(printed_double(current), exact).otherwise(current)
 
 
-def _below_range(key_pattern: Column, current: Column, record: Column) -> Column:
-    """A DOUBLE column's text: a double's own rounding is its nature; only a number below
-    its range, which the map prints as 0.0, is looked up (and then does not decode), and only
-    in a record with a negative exponent in it. The map's text where it cannot be told."""
+def _outside_range(key_pattern: Column, current: Column, record: Column) -> Column:
+    """A DOUBLE column's text: a double's own rounding is its nature; only a number outside
+    its range is looked up (and then does not decode; a rescued copy holds it as written):
+    one below it, which the map prints as 0.0, only in a record with a negative exponent in
+    it, and one past it, the map's quoted "Infinity". The map's text where it cannot be
+    told."""
     from pyspark.sql import functions as F
 
     below = current.isin("0.0", "-0.0") & (record.contains("e-") | record.contains("E-"))
-    written = _as_written(key_pattern, F.lit(0.0), record)
-    return F.when(below, F.coalesce(written, current)).otherwise(current)
+    past = current.isin('"Infinity"', '"-Infinity"')
+    written = _as_written(key_pattern, _map_double(current), record)
+    return F.when(below | past, F.coalesce(written, current)).otherwise(current)
 
 
 def _map_double(current: Column) -> Column:

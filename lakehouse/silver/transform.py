@@ -154,7 +154,7 @@ def parse_records(
         staged = staged.select(
             "*",
             *[
-                exact_digits.text(n, how, raw_col[n], written).alias(text_names[n])
+                exact_digits.text(n, how, raw_col[n], written, cut is not None).alias(text_names[n])
                 for n, how in exact.items()
             ],
         )

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from lakehouse.core import kafka
 from lakehouse.core.settings import Settings
 from tests.bronze.helpers import new_source, run_ingest
-from tests.silver.helpers import current, run_refine, with_silver
+from tests.silver.helpers import current, quarantine, run_refine, with_silver
 
 SCHEMA = "id INT, big DECIMAL(20,2), e DECIMAL(38,20), label STRING"
 # Decimals as JSON numbers, as a hand-written feed or Debezium's decimal.handling.mode=double
@@ -145,3 +145,56 @@ def test_insert_delete_changes_keep_every_digit_alone_in_an_array_and_one_per_li
     assert_df_equality(
         current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
     )
+
+
+def test_a_number_past_a_doubles_range_is_refused_in_every_shape_never_stored_as_infinity(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Spark's get_json_object, which cuts an image out of its envelope, writes 1e400 as the
+    string "Infinity": a DOUBLE column stored Infinity and a STRING column "Infinity". The
+    strings "Infinity" that Debezium sends for PostgreSQL's infinities are values, kept."""
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    schema = "id INT, d DOUBLE, label STRING"
+    name, settings = with_silver(settings, source, mode="scd1", schema=schema, keys=("id",))
+    sent = '"d": "Infinity", "label": "-Infinity"'
+    changes = [
+        envelope("c", 100, after='{"id": 1, "label": 1e400}'),
+        wrapped(envelope("c", 110, after='{"id": 2, "label": -1E+400}')),
+        flat(120, '"id": 3, "label": 1e400'),
+        wrapped(flat(130, '"id": 4, "label": -1e400')),
+        envelope("c", 140, after=f'{{"id": 5, {sent}}}'),
+        # REPLICA IDENTITY FULL: the before image holds numbers past the range, the after
+        # image the strings: only the image itself tells which is the row's.
+        envelope(
+            "u", 150, before='{"id": 6, "d": 1e400, "label": 1e400}', after=f'{{"id": 6, {sent}}}'
+        ),
+        envelope("c", 160, after='{"id": 7, "d": 1e400}'),
+        wrapped(envelope("c", 170, after='{"id": 8, "d": -1e400}')),
+        flat(180, '"id": 9, "d": 1e400'),
+        wrapped(flat(190, '"id": 10, "d": -1E400')),
+    ]
+    kafka.produce(settings.kafka, topic, [(b'{"id": 0}', c, 0) for c in changes])
+    run_ingest(spark, settings, source, kind="cdc")
+    result = run_refine(spark, settings, name)
+    assert (result.rows_written, result.rows_quarantined) == (6, 4)
+
+    inf = float("inf")
+    expected = spark.createDataFrame(
+        [
+            (1, None, "1e400", None),
+            (2, None, "-1E+400", None),
+            (3, None, "1e400", None),
+            (4, None, "-1e400", None),
+            (5, inf, "-Infinity", None),
+            (6, inf, "-Infinity", None),
+        ],
+        f"{schema}, _rescued_data STRING",
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    refused = quarantine(spark, settings, name).select("offset", "parse_error")
+    expected_refused = spark.createDataFrame(
+        [(offset, "undecodable: d") for offset in range(6, 10)], "offset BIGINT, parse_error STRING"
+    )
+    assert_df_equality(refused, expected_refused, ignore_row_order=True, ignore_nullable=True)

@@ -198,6 +198,7 @@ def test_numbers_past_a_doubles_range_odd_keys_and_unparsable_variants_are_never
         b'{"id": 2, "it\'s": 7, "d": 1, "s": "x", "q": -1e400, "r": -0.0}',
         b'{"id": 3, "it\'s": 3.0000000000000000001, "it\'s": 3.0000000000000000001}',
         b'{"id": 4, "d": 12345678901234567.89, "s": 2.50, "s": 2.50, "o\'k\\"": 1.2E1}',
+        b'{"id": 5, "r": -1E+400}',
     ]
     actual = appended(spark, kafka_up, schema, events)
     three = "3.0000000000000000001"
@@ -217,6 +218,8 @@ def test_numbers_past_a_doubles_range_odd_keys_and_unparsable_variants_are_never
             # The record is whole in bronze; the rescued copy has both, as the map has them
             (3, None, None, None, None, None, None, f'{{"it\'s":"{three}","it\'s":"{three}"}}'),
             (4, None, Decimal("12345678901234567.89"), "2.50", None, None, 12, None),
+            # Past a double's range: not the map's "Infinity", the number as written
+            (5, None, None, None, None, None, None, '{"r":"-1E+400"}'),
         ],
         f"{schema}, _rescued_data STRING",
     )
