@@ -23,7 +23,7 @@ from lakehouse.core.specs import OfflineTableSettings, SilverTableSettings
 from lakehouse.offline import buckets
 from lakehouse.offline.store import BUCKET, with_bucket
 from lakehouse.quality import expectations as rules
-from lakehouse.silver import decode
+from lakehouse.silver import decode, nested
 from lakehouse.silver.transform import RESCUED
 
 if TYPE_CHECKING:
@@ -153,8 +153,9 @@ def _text_encodings(schema: StructType, declared: Mapping[str, str]) -> dict[str
 def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column:
     """The raw input column as `kind`, exactly or null (`check_values` reports the nulls):
     nothing is rounded or truncated to fit. Text goes through silver's decoders (a nested
-    value is its JSON text, binary is base64, as silver reads them); a number for a date or a
-    timestamp too (by the column's encoding: a cast would read epoch milliseconds as seconds).
+    value is its JSON text, decoded leaf by leaf; binary is base64: as silver reads them); a
+    number for a date or a timestamp too (by the column's encoding: a cast would read epoch
+    milliseconds as seconds).
     Another typed value is kept when it casts back to itself (a DOUBLE 13.299, or a
     DECIMAL(12,3) one, does not fit DECIMAL(12,2); a DOUBLE 1.5 no BIGINT). A nested value
     must come with the column's own type: a cast would pair struct fields by position and
@@ -177,6 +178,8 @@ def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column
     if isinstance(given, NumericType) and timely:
         column, given = column.cast("string"), StringType()
     if isinstance(given, StringType):
+        if nested.supported(kind):
+            return nested.decoded(F.try_parse_json(column), kind)
         if isinstance(kind, StructType | ArrayType | MapType):
             return F.from_json(column, kind.simpleString())
         if isinstance(kind, BinaryType):

@@ -23,9 +23,11 @@ instead, by its declared type and encoding:
                a time of day (PostgreSQL `time`: Debezium's Time, MicroTime, NanoTime) from
                an integer count since midnight, as `HH:MM:SS[.ffffff]` (ISO text is kept)
 
-Structs, arrays, maps and binary keep Spark's JSON reading (binary is base64, as Debezium sends
-bytea). A value that does not decode is NULL here and its column is named in `_lh_mistyped`;
-events rescue it (`_rescued_data`), CDC changes go to quarantine (see `transform`).
+Structs, arrays and maps decode leaf by leaf by these same rules (`lakehouse.silver.nested`);
+binary keeps Spark's JSON reading (base64, as Debezium sends bytea), as does a nested value
+with a leaf of such a type. A value that does not decode is NULL here and its column is
+named in `_lh_mistyped`; events rescue it (`_rescued_data`), CDC changes go to quarantine (see
+`transform`).
 
 Defaults: events read timestamps and dates as ISO and decimals as text; a CDC source follows
 its Debezium connector's modes (`decimal_handling_mode`, `time_precision_mode` on the source):
@@ -287,13 +289,17 @@ def decoded_columns(
     struct: StructType,
     encodings: Mapping[str, str],
     texts: Mapping[str, Column] | None = None,
+    nested: Mapping[str, Column] | None = None,
 ) -> list[Column]:
     """Each top-level field decoded, aliased to its name; its text from `raw`, or from
-    `texts` where given (the exact digits of a JSON number)."""
+    `texts` where given (the exact digits of a JSON number); a `nested` column's value as
+    given (`lakehouse.silver.nested`)."""
     values = []
     for f in struct.fields:
         text = (texts or {}).get(f.name, raw[f.name])
-        value = decode(text, f.dataType, encodings.get(f.name, ""))
+        value = (nested or {}).get(f.name)
+        if value is None:
+            value = decode(text, f.dataType, encodings.get(f.name, ""))
         values.append((parsed[f.name] if value is None else value).alias(f.name))
     return values
 

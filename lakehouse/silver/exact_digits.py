@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -108,16 +108,22 @@ def printed_double(text: Column) -> Column:
 
 
 def variant(
-    record: Column, raw: Column, names: Mapping[str, str], within: Cut | None = None
+    record: Column,
+    raw: Column,
+    names: Mapping[str, str],
+    within: Cut | None = None,
+    nested: Sequence[str] = (),
 ) -> Column | None:
     """The record's one VARIANT parse, only where the map printed a double for a `names`
-    column that reads it (null elsewhere); None when none does. A `within` record's is the
-    whole's parse, taken to the record."""
+    column that reads it, or holds a `nested` column (`lakehouse.silver.nested` decodes it
+    from the VARIANT); null elsewhere, None when no row can need it. A `within` record's is
+    the whole's parse, taken to the record."""
     from pyspark.sql import functions as F
 
     printed = [printed_double(raw[n]) for n, how in names.items() if how != ZERO]
     if within is not None:
         printed += [cut_infinity(raw[n]) for n in names]
+    printed += [raw[n].isNotNull() for n in nested]
     if not printed:
         return None
     needed = printed[0]
@@ -151,7 +157,7 @@ def text(name: str, how: str, current: Column, record: Column, cut: bool = False
 
     as_json = json.dumps(name, ensure_ascii=False)[1:-1]  # the key as Spark writes it
     key_pattern = F.lit(re.escape(as_json))
-    path = _path(name)
+    path = variant_path(name)
     kind = None
     if path is not None:
         kind = F.schema_of_variant(F.try_variant_get(F.col(VARIANT), path, "variant"))
@@ -208,7 +214,7 @@ def _map_double(current: Column) -> Column:
     return F.regexp_replace(current, '"', "").try_cast("double")
 
 
-def _path(name: str) -> str | None:
+def variant_path(name: str) -> str | None:
     """The VARIANT path of the top-level `name` (None: a name with both quote characters)."""
     if "'" not in name:
         return f"$['{name}']"

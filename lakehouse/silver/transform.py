@@ -25,7 +25,7 @@ from lakehouse.quality.expectations import (
     fails_any,
     mask_columns,
 )
-from lakehouse.silver import decode, exact_digits
+from lakehouse.silver import decode, exact_digits, nested
 from lakehouse.silver.changes import OP, SEQ, TS
 
 if TYPE_CHECKING:
@@ -147,7 +147,8 @@ def parse_records(
     # Each exact column's text is projected once: its decoder reads it several times.
     text_names = {n: f"{exact_digits.TEXT}{i}" for i, n in enumerate(exact)}
     written = cut.whole if cut else text  # where each number's digits are read as written
-    variant = exact_digits.variant(text, raw_col, exact, cut) if exact else None
+    nested_names = [f.name for f in schema.struct.fields if nested.supported(f.dataType)]
+    variant = exact_digits.variant(text, raw_col, exact, cut, nested_names)
     if variant is not None:
         staged = staged.select("*", variant)
     if exact:
@@ -159,7 +160,14 @@ def parse_records(
             ],
         )
     texts = {n: F.col(c) for n, c in text_names.items()}
-    values = decode.decoded_columns(raw_col, parsed_col, schema.struct, schema.encodings, texts)
+    types = {f.name: f.dataType for f in schema.struct.fields}
+    nested_values = {
+        n: nested.decoded(nested.field(F.col(exact_digits.VARIANT), n), types[n])
+        for n in nested_names
+    }
+    values = decode.decoded_columns(
+        raw_col, parsed_col, schema.struct, schema.encodings, texts, nested_values
+    )
     unknown = F.array_except(F.map_keys(raw_col), declared)
     if metadata_prefix:
         unknown = F.filter(unknown, lambda k: ~k.startswith(metadata_prefix))

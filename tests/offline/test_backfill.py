@@ -423,6 +423,10 @@ TIMED = "order_id BIGINT, at TIMESTAMP, line STRUCT<price: DECIMAL(12,2), qty: I
         # A struct with its fields in another order: a cast pairs them by position.
         ("line STRUCT<qty: INT, price: DECIMAL(12,2)>", (3, Decimal("1.50")), {}, False),
         ("line STRUCT<price: DOUBLE, qty: INT>", (13.299, 3), {}, False),  # would round
+        # A nested value as JSON text is decoded leaf by leaf: Spark's reading rounded it.
+        ("line STRING", '{"price": 13.299, "qty": 3}', {}, False),
+        ("line STRING", '{"price": 1.5, "qty": 3.5}', {}, False),
+        ("line STRING", '{"price": "1.50", "qty": "3"}', {}, True),
     ],
 )
 def test_a_typed_value_of_another_kind_is_read_by_the_column_encoding_or_refused(
