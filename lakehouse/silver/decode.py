@@ -97,16 +97,24 @@ def allowed(kind: str | None) -> tuple[str, ...]:
     }.get(kind or "", ())
 
 
-def default_encodings(
-    struct: StructType, source_kind: str, decimal_mode: str = "precise", time_mode: str = "adaptive"
+def kind_encodings(
+    source_kind: str, decimal_mode: str = "precise", time_mode: str = "adaptive"
 ) -> dict[str, str]:
-    """Each top-level column's encoding before a table's `encodings` override it."""
+    """The encoding each kind that takes one defaults to for a source of `source_kind` (a
+    nested leaf always takes it)."""
     cdc = source_kind == "cdc"
-    by_kind = {
+    return {
         "timestamp": ("epoch_ms" if time_mode == "connect" else "epoch_us") if cdc else "iso",
         "date": "epoch_days" if cdc else "iso",
         "decimal": "base64" if cdc and decimal_mode == "precise" else "text",
     }
+
+
+def default_encodings(
+    struct: StructType, source_kind: str, decimal_mode: str = "precise", time_mode: str = "adaptive"
+) -> dict[str, str]:
+    """Each top-level column's encoding before a table's `encodings` override it."""
+    by_kind = kind_encodings(source_kind, decimal_mode, time_mode)
     out = {}
     for f in struct.fields:
         kind = kind_of(f.dataType)

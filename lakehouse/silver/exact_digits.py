@@ -6,8 +6,9 @@ reached the decimal decoder as 1.2345678901234568E16, 3.0000000000000000001 reac
 column as 3.0 and was stored as 3, a STRING column held `100.0` for `1e2`, and a rescued field
 lost its digits. A VARIANT parse keeps a number's digits (up to 38).
 
-Only rows where the map printed such a double for a column that needs the digits are parsed
-as a VARIANT (`variant`), once, and each such column's text is projected once (`text`, in
+Only rows where the map printed such a double for a column that needs the digits, or that
+hold a nested column (`lakehouse.silver.nested` decodes it from the VARIANT), are parsed as a
+VARIANT (`variant`), once, and each such column's text is projected once (`text`, in
 `lakehouse.silver.transform.parse_records`): a decoder reads its text several times, and a
 pasted-in expression made refine's plan four times larger. No lambda runs per row: higher-order
 functions run interpreted.
@@ -24,16 +25,16 @@ same image. Digits that read as another number than the map's are refused, never
 would belong to another image. A key written in both images of an update, with two texts of
 one double, cannot be told.
 
-Limits: a nested value keeps the map's print. Where the digits cannot be told (two texts of
-the same double for one key, or a key the record writes with other JSON escapes than Spark's,
-`\\u0041` for `A`), a declared number column does not decode, a string column holds the
-VARIANT's text (`1.5` for `1.50`), and `_rescued_data` the map's print (the record is whole
-in bronze). A record with a duplicate key has no VARIANT, nor has a column whose name holds
-both quote characters a VARIANT path: their digits are looked up as written only. A DOUBLE
-column looks up only a number outside its range: a `0.0` (`1e-400`), in records with a
-negative exponent, and keeps `0.0` where it cannot be told, and one past it (`1e400`).
-Cutting an image writes a number past a double's range as the string "Infinity": the image's
-VARIANT tells it from a string sent so.
+Limits: a nested value's rescued copy keeps the map's print. Where the digits cannot be told
+(two texts of the same double for one key, or a key the record writes with other JSON escapes
+than Spark's, `\\u0041` for `A`), a declared number column does not decode, a string column
+holds the VARIANT's text (`1.5` for `1.50`), and `_rescued_data` the map's print (the record is
+whole in bronze). A record with a duplicate key has no VARIANT, nor has a column whose name
+holds both quote characters a VARIANT path: their digits are looked up as written only. A
+DOUBLE column looks up only a number outside its range: a `0.0` (`1e-400`), in records with a
+negative exponent, and keeps `0.0` where it cannot be told, and one past it (`1e400`). Cutting
+an image writes a number past a double's range as the string "Infinity": the image's VARIANT
+tells it from a string sent so.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 VARIANT = "_lh_variant"  # the record parsed as a VARIANT, on rows that need it
+_WHOLE = "_lh_whole_variant"  # a cut record's whole, parsed as a VARIANT
 TEXT = "_lh_text"  # + column position: a column's text with its digits as written
 # How Java prints a double: the map's text of every JSON number with a fraction or exponent
 # (one past a double's range is the quoted `"Infinity"`).
@@ -113,11 +115,12 @@ def variant(
     names: Mapping[str, str],
     within: Cut | None = None,
     nested: Sequence[str] = (),
-) -> Column | None:
-    """The record's one VARIANT parse, only where the map printed a double for a `names`
-    column that reads it, or holds a `nested` column (`lakehouse.silver.nested` decodes it
-    from the VARIANT); null elsewhere, None when no row can need it. A `within` record's is
-    the whole's parse, taken to the record."""
+) -> list[Column]:
+    """The record's one VARIANT parse (`VARIANT`), only where the map printed a double for a
+    `names` column that reads it, or holds a `nested` column (`lakehouse.silver.nested`
+    decodes it from the VARIANT); null elsewhere. The columns to project in turn (none when
+    no row can need it). A `within` record's is the whole's parse, projected first (read
+    several times to find the image, it would be parsed each time), taken to the record."""
     from pyspark.sql import functions as F
 
     printed = [printed_double(raw[n]) for n, how in names.items() if how != ZERO]
@@ -125,19 +128,20 @@ def variant(
         printed += [cut_infinity(raw[n]) for n in names]
     printed += [raw[n].isNotNull() for n in nested]
     if not printed:
-        return None
+        return []
     needed = printed[0]
     for p in printed[1:]:
         needed = needed | p
     if within is None:
-        parsed = F.try_parse_json(record)
-    else:
-        # A whole that parses but holds no such record is a JSON null, not "no VARIANT":
-        # only a text that does not parse has its digits looked up in the text alone.
-        whole = F.try_parse_json(within.whole)
-        image = F.coalesce(within.record(whole), F.parse_json(F.lit("null")))
-        parsed = F.when(whole.isNotNull(), image)
-    return F.when(needed, parsed).alias(VARIANT)
+        return [F.when(needed, F.try_parse_json(record)).alias(VARIANT)]
+    whole = F.col(_WHOLE)
+    # A whole that parses but holds no such record is a JSON null, not "no VARIANT": only a
+    # text that does not parse has its digits looked up in the text alone.
+    image = F.coalesce(within.record(whole), F.parse_json(F.lit("null")))
+    return [
+        F.when(needed, F.try_parse_json(within.whole)).alias(_WHOLE),
+        F.when(whole.isNotNull(), image).alias(VARIANT),
+    ]
 
 
 def cut_infinity(current: Column) -> Column:

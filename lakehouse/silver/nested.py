@@ -8,11 +8,14 @@ every leaf decodes is the column's value; any other is NULL, so `parse_records` 
 field (an event) or refuses the change (CDC): stored exactly or not at all.
 
 A VARIANT keeps a number's digits (up to 38). In exponent form, or longer, it holds a double
-whose digits cannot be told: such a number does not decode into an integer, decimal or
-timestamp leaf, nor does one outside a double's range into a double leaf. Leaves take the
-events encodings (ISO dates and timestamps, decimals as text). A nested string keeps the
-VARIANT's text of a number (`1.5` for `1.50`). Unknown nested fields are ignored, as Spark
-ignores them (the record is whole in bronze)."""
+whose digits cannot be told: such a number does not decode into an integer, decimal,
+timestamp or string leaf, nor does one outside a double's range (or `0e0`) into a double leaf.
+A leaf takes its source's default encoding for its kind (an events feed's ISO dates and
+timestamps and text decimals; a CDC source's epoch days, epoch microseconds and, with
+`decimal_handling_mode: precise`, base64 decimals). A nested string keeps the VARIANT's text
+of a number (`1.5` for `1.50`), and a DOUBLE leaf's `-0.0` is `0.0`. A record with a
+duplicate key has no VARIANT: its nested values do not decode. Unknown nested fields are
+ignored, as Spark ignores them (the record is whole in bronze)."""
 
 from __future__ import annotations
 
@@ -22,11 +25,17 @@ from lakehouse.silver import decode
 from lakehouse.silver.exact_digits import variant_path
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
-    from pyspark.sql.types import DataType
+    from collections.abc import Mapping
 
-# The encodings a nested leaf takes, by kind: an events feed's.
-_LEAF_ENCODINGS = {"timestamp": "iso", "date": "iso", "decimal": "text"}
+    from pyspark.sql import Column
+    from pyspark.sql.types import DataType, StructType
+
+PAIR = "_lh_nested"  # + column position: struct(v: the value, ok: whether every leaf decoded)
+
+
+def columns(struct: StructType) -> list[str]:
+    """The top-level columns decoded here (the others keep Spark's JSON reading)."""
+    return [f.name for f in struct.fields if supported(f.dataType) and variant_path(f.name)]
 
 
 def supported(data_type: DataType) -> bool:
@@ -46,13 +55,25 @@ def supported(data_type: DataType) -> bool:
     return isinstance(data_type, StructType | ArrayType | MapType) and leaves_ok(data_type)
 
 
-def decoded(value: Column, data_type: DataType) -> Column:
+def decoded(
+    value: Column, data_type: DataType, encodings: Mapping[str, str] | None = None
+) -> Column:
     """`value` (a VARIANT, null when absent) as `data_type`: null when any leaf in it that is
-    not JSON null does not decode."""
+    not JSON null does not decode. `encodings`: kind -> a leaf's encoding (`PAIR`'s)."""
+    return value_of(pair(value, data_type, encodings))
+
+
+def pair(value: Column, data_type: DataType, encodings: Mapping[str, str] | None = None) -> Column:
+    """struct(v, ok) of `value` (a VARIANT) as `data_type`: projected once, as both are read."""
+    from lakehouse.silver.decode import kind_encodings
+
+    return _pair(value, data_type, encodings or kind_encodings("events"))
+
+
+def value_of(pair: Column) -> Column:
     from pyspark.sql import functions as F
 
-    out, ok = _decode(value, data_type)
-    return F.when(ok, out)
+    return F.when(pair["ok"], pair["v"])
 
 
 def field(value: Column, name: str) -> Column:
@@ -60,11 +81,11 @@ def field(value: Column, name: str) -> Column:
     from pyspark.sql import functions as F
 
     path = variant_path(name)
-    assert path is not None, "supported() refuses such names"
+    assert path is not None, "columns() and supported() leave such names out"
     return F.try_variant_get(value, path, "variant")
 
 
-def _decode(v: Column, data_type: DataType) -> tuple[Column, Column]:
+def _decode(v: Column, data_type: DataType, enc: Mapping[str, str]) -> tuple[Column, Column]:
     """(the value, whether it decoded: absent, JSON null, or every leaf decoded)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType, StructType
@@ -73,55 +94,60 @@ def _decode(v: Column, data_type: DataType) -> tuple[Column, Column]:
     if isinstance(data_type, StructType):
         # An object's fields as a map: null when `v` is not an object.
         is_object = F.try_variant_get(v, "$", "map<string,variant>").isNotNull()
-        parts = [_decode(field(v, f.name), f.dataType) for f in data_type.fields]
+        parts = [_decode(field(v, f.name), f.dataType, enc) for f in data_type.fields]
         ok = is_object
         for _, part_ok in parts:
             ok = ok & part_ok
-        value = F.struct(
-            *[p.alias(f.name) for (p, _), f in zip(parts, data_type.fields, strict=True)]
-        )
-        return F.when(~missing, value), missing | ok
+        names = [f.name for f in data_type.fields]
+        value = F.struct(*[p.alias(n) for (p, _), n in zip(parts, names, strict=True)])
+        return F.when(~missing, value), ok | missing
     if isinstance(data_type, ArrayType):
         elements = F.try_variant_get(v, "$", "array<variant>")
-        pairs = F.transform(elements, lambda e: _pair(e, data_type.elementType))
+        pairs = F.transform(elements, lambda e: _pair(e, data_type.elementType, enc))
         value = F.transform(pairs, lambda p: p["v"])
         ok = elements.isNotNull() & F.forall(pairs, lambda p: p["ok"])
-        return F.when(~missing, value), missing | ok
+        return F.when(~missing, value), ok | missing
     if isinstance(data_type, MapType):
         entries = F.try_variant_get(v, "$", "map<string,variant>")
-        pairs = F.transform_values(entries, lambda _k, e: _pair(e, data_type.valueType))
+        pairs = F.transform_values(entries, lambda _k, e: _pair(e, data_type.valueType, enc))
         value = F.transform_values(pairs, lambda _k, p: p["v"])
         ok = entries.isNotNull() & F.forall(F.map_values(pairs), lambda p: p["ok"])
-        return F.when(~missing, value), missing | ok
-    value = _leaf(v, data_type)
-    return value, missing | value.isNotNull()
+        return F.when(~missing, value), ok | missing
+    value = _leaf(v, data_type, enc)
+    # The value first: an `or`'s right side is evaluated only sometimes, so Spark would not
+    # share the decoding with the struct's `v` (it is decoded once per row).
+    return value, value.isNotNull() | missing
 
 
-def _pair(v: Column, data_type: DataType) -> Column:
+def _pair(v: Column, data_type: DataType, enc: Mapping[str, str]) -> Column:
     from pyspark.sql import functions as F
 
-    value, ok = _decode(v, data_type)
+    value, ok = _decode(v, data_type, enc)
     return F.struct(value.alias("v"), ok.alias("ok"))
 
 
-def _leaf(v: Column, data_type: DataType) -> Column:
+def _leaf(v: Column, data_type: DataType, enc: Mapping[str, str]) -> Column:
     """A leaf's VARIANT decoded from its text as a top-level value's is."""
     from pyspark.sql import functions as F
 
     kind = decode.kind_of(data_type) or ""
+    encoding = enc.get(kind, "")
     variant_kind = F.schema_of_variant(v)
     text = F.try_variant_get(v, "$", "string")  # a number's digits, a string, an object's JSON
     composite = variant_kind.startswith("OBJECT") | variant_kind.startswith("ARRAY")
-    # A VARIANT double: a number in exponent form or of more than 38 digits.
+    # A VARIANT double: a number in exponent form or of more than 38 digits, its digits lost
+    # (a string would hold `100.0` for 1e2, `Infinity` for 1e400).
     double = variant_kind.isin("DOUBLE", "FLOAT")
-    if kind == "string":
-        leaf_text = text
-    elif kind == "double":
-        # 1e400 and 1e-400 are a VARIANT's Infinity and 0.0: neither is the value sent.
+    if kind == "double":
+        # 1e400 and 1e-400 are a VARIANT's Infinity and 0.0: neither is the value sent (so
+        # neither is 0e0, which cannot be told from 1e-400).
         outside = double & (text.isin("Infinity", "-Infinity") | (text.try_cast("double") == 0))
         leaf_text = F.when(~composite & ~outside, text)
+    elif kind == "string" or (kind == "decimal" and encoding == "base64"):
+        # (Debezium's variable-scale decimal is an object.)
+        leaf_text = F.when(~double, text)
     else:
         leaf_text = F.when(~composite & ~double, text)
-    value = decode.decode(leaf_text, data_type, _LEAF_ENCODINGS.get(kind, ""))
+    value = decode.decode(leaf_text, data_type, encoding)
     assert value is not None, "supported() refuses leaves without a decoder"
     return value

@@ -123,8 +123,14 @@ def prepare(
         tables.require_columns(spark, path, StructType(bookkeeping))
     props = tables.properties(spark, path)
     _check_contract(spark, name, table, path, props.get(CONTRACT))
+    source = settings.sources[table.source]
     schema = silver.parse_schema(
-        table.schema, props.get(EVOLVED, ""), _encodings(settings, name, table, declared)
+        table.schema,
+        props.get(EVOLVED, ""),
+        _encodings(settings, name, table, declared),
+        decode.kind_encodings(
+            source.kind, source.decimal_handling_mode, source.time_precision_mode
+        ),
     )
     metrics_path = system.path(settings, system.METRICS)
     quarantine_path = system.path(settings, system.QUARANTINE)

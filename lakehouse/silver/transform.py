@@ -74,6 +74,10 @@ class ParsedSchema:
 
     struct: StructType
     encodings: Mapping[str, str] = field(default_factory=dict)
+    # By kind: the encoding a nested leaf takes (encodings are declared per top-level column).
+    nested_encodings: Mapping[str, str] = field(
+        default_factory=lambda: decode.kind_encodings("events")
+    )
 
     @property
     def names(self) -> list[str]:
@@ -81,10 +85,14 @@ class ParsedSchema:
 
 
 def parse_schema(
-    declared_ddl: str, evolved_ddl: str = "", encodings: Mapping[str, str] | None = None
+    declared_ddl: str,
+    evolved_ddl: str = "",
+    encodings: Mapping[str, str] | None = None,
+    nested_encodings: Mapping[str, str] | None = None,
 ) -> ParsedSchema:
     """`encodings`: column -> encoding for every column that has one (see
-    `decode.default_encodings`); empty: the events defaults."""
+    `decode.default_encodings`); empty: the events defaults. `nested_encodings`: kind ->
+    encoding of a nested leaf (`decode.kind_encodings`); None: the events defaults."""
     from pyspark.sql.types import StructType, _parse_datatype_string
 
     declared = _parse_datatype_string(declared_ddl)
@@ -97,7 +105,11 @@ def parse_schema(
         known = {f.name for f in fields}
         fields += [f for f in extra.fields if f.name not in known]
     struct = StructType(fields)
-    return ParsedSchema(struct, {**decode.default_encodings(struct, "events"), **(encodings or {})})
+    return ParsedSchema(
+        struct,
+        {**decode.default_encodings(struct, "events"), **(encodings or {})},
+        dict(nested_encodings or decode.kind_encodings("events")),
+    )
 
 
 def lineage() -> list[Column]:
@@ -147,10 +159,9 @@ def parse_records(
     # Each exact column's text is projected once: its decoder reads it several times.
     text_names = {n: f"{exact_digits.TEXT}{i}" for i, n in enumerate(exact)}
     written = cut.whole if cut else text  # where each number's digits are read as written
-    nested_names = [f.name for f in schema.struct.fields if nested.supported(f.dataType)]
-    variant = exact_digits.variant(text, raw_col, exact, cut, nested_names)
-    if variant is not None:
-        staged = staged.select("*", variant)
+    nested_names = nested.columns(schema.struct)
+    for projected in exact_digits.variant(text, raw_col, exact, cut, nested_names):
+        staged = staged.select("*", projected)
     if exact:
         staged = staged.select(
             "*",
@@ -160,11 +171,20 @@ def parse_records(
             ],
         )
     texts = {n: F.col(c) for n, c in text_names.items()}
+    # Each nested column decoded once, with whether every leaf did (read twice below).
     types = {f.name: f.dataType for f in schema.struct.fields}
-    nested_values = {
-        n: nested.decoded(nested.field(F.col(exact_digits.VARIANT), n), types[n])
-        for n in nested_names
-    }
+    pair_names = {n: f"{nested.PAIR}{i}" for i, n in enumerate(nested_names)}
+    leaf_encodings = schema.nested_encodings
+    staged = staged.select(
+        "*",
+        *[
+            nested.pair(
+                nested.field(F.col(exact_digits.VARIANT), n), types[n], leaf_encodings
+            ).alias(pair_names[n])
+            for n in nested_names
+        ],
+    )
+    nested_values = {n: nested.value_of(F.col(c)) for n, c in pair_names.items()}
     values = decode.decoded_columns(
         raw_col, parsed_col, schema.struct, schema.encodings, texts, nested_values
     )

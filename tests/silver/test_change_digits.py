@@ -10,6 +10,7 @@ rounding's."""
 from __future__ import annotations
 
 import json
+from datetime import date
 from decimal import Decimal
 
 from chispa import assert_df_equality
@@ -198,3 +199,40 @@ def test_a_number_past_a_doubles_range_is_refused_in_every_shape_never_stored_as
         [(offset, "undecodable: d") for offset in range(6, 10)], "offset BIGINT, parse_error STRING"
     )
     assert_df_equality(refused, expected_refused, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_nested_values_of_a_change_decode_from_its_own_image_exactly_or_quarantine_it(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """An array of a change's image decodes leaf by leaf from the image's VARIANT (not the
+    other image of an update, not a double's rounding), by the connector's encodings (a
+    `date[]` holds epoch days); a leaf that does not decode quarantines the change."""
+    source, topic, settings = new_source(kafka_up, kind="cdc", decimal_handling_mode="double")
+    schema = "id INT, prices ARRAY<DECIMAL(20,2)>, days ARRAY<DATE>"
+    name, settings = with_silver(settings, source, mode="scd1", schema=schema, keys=("id",))
+    changes = [
+        envelope("c", 100, after='{"id": 1, "prices": [1.5, 13.29], "days": [19000, null]}'),
+        envelope(
+            "u", 110, before='{"id": 2, "prices": [13.299]}', after='{"id": 2, "prices": [2.5]}'
+        ),
+        flat(120, '"id": 3, "prices": [13.299]'),
+        wrapped(envelope("c", 130, after=f'{{"id": 4, "prices": [{BIG}]}}')),
+    ]
+    kafka.produce(settings.kafka, topic, [(b'{"id": 0}', c, 0) for c in changes])
+    run_ingest(spark, settings, source, kind="cdc")
+    result = run_refine(spark, settings, name)
+    assert (result.rows_written, result.rows_quarantined) == (3, 1)
+
+    expected = spark.createDataFrame(
+        [
+            (1, [Decimal("1.50"), Decimal("13.29")], [date(2022, 1, 8), None], None),
+            (2, [Decimal("2.50")], None, None),
+            (4, [Decimal(BIG)], None, None),
+        ],
+        f"{schema}, _rescued_data STRING",
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    refused = quarantine(spark, settings, name).select("offset", "parse_error")
+    assert [tuple(r) for r in refused.collect()] == [(2, "undecodable: prices")]

@@ -245,12 +245,14 @@ def test_nested_values_decode_as_top_level_ones_exactly_or_the_column_is_rescued
     and the record's field is rescued."""
     schema = (
         "id INT, n STRUCT<price: DECIMAL(12,2), qty: INT, at: TIMESTAMP, label: STRING>, "
-        "items ARRAY<STRUCT<price: DECIMAL(12,2), qty: SMALLINT>>, m MAP<STRING, DOUBLE>"
+        "items ARRAY<STRUCT<price: DECIMAL(12,2), qty: SMALLINT>>, m MAP<STRING, DOUBLE>, "
+        # No VARIANT path reads a name with both quotes: it keeps Spark's reading.
+        "`o'k\"` ARRAY<INT>"
     )
     good_n = '"n": {"price": 13.29, "qty": "2", "at": "2024-01-05T10:00:00+01:00", "label": "a"}'
     events = [
         f'{{"id": 1, {good_n}, "items": [{{"price": "1.50", "qty": 1}}], '
-        '"m": {"a": "Infinity"}}',
+        '"m": {"a": "Infinity"}, "o\'k\\"": [1]}',
         '{"id": 2, "n": {"price": 13.299}}',
         '{"id": 3, "items": [{"price": 1.5, "qty": 1}, {"price": 1.5, "qty": 3.5}]}',
         '{"id": 4, "items": [{"qty": 40000}]}',
@@ -259,6 +261,7 @@ def test_nested_values_decode_as_top_level_ones_exactly_or_the_column_is_rescued
         '{"id": 7, "n": {"price": 1e1}}',  # exponent form: its digits cannot be told
         '{"id": 8, "n": null, "items": [null, {"price": null}], "m": {}}',
         '{"id": 9, "n": {"label": 7, "extra": 1}, "items": {"price": 1}, "m": [1]}',
+        '{"id": 10, "n": {"label": 1e2}}',  # a string: not the VARIANT's 100.0
     ]
     actual = appended(spark, kafka_up, schema, [e.encode() for e in events])
 
@@ -266,36 +269,38 @@ def test_nested_values_decode_as_top_level_ones_exactly_or_the_column_is_rescued
         return json.dumps({field: text}, separators=(",", ":"))
 
     nulls = (None, None, None, None)
+    rows = [
+        (
+            1,
+            Decimal("13.29"),
+            2,
+            datetime(2024, 1, 5, 9, 0),
+            "a",
+            [(Decimal("1.50"), 1)],
+            {"a": float("inf")},
+            None,
+        ),
+        (2, *nulls, None, None, rescued("n", '{"price":13.299}')),
+        (
+            3,
+            *nulls,
+            None,
+            None,
+            rescued("items", '[{"price":1.5,"qty":1},{"price":1.5,"qty":3.5}]'),
+        ),
+        (4, *nulls, None, None, rescued("items", '[{"qty":40000}]')),
+        (5, *nulls, None, None, rescued("n", '{"at":"2024-01-01 garbage"}')),
+        (6, *nulls, None, None, rescued("m", '{"a":1.5,"b":"-Infinity"}')),
+        (7, *nulls, None, None, rescued("n", '{"price":10.0}')),
+        (8, *nulls, [None, (None, None)], {}, None),
+        (9, None, None, None, "7", None, None, '{"items":"{\\"price\\":1}","m":"[1]"}'),
+        (10, *nulls, None, None, rescued("n", '{"label":100.0}')),
+    ]
     expected = spark.createDataFrame(
-        [
-            (
-                1,
-                Decimal("13.29"),
-                2,
-                datetime(2024, 1, 5, 9, 0),
-                "a",
-                [(Decimal("1.50"), 1)],
-                {"a": float("inf")},
-                None,
-            ),
-            (2, *nulls, None, None, rescued("n", '{"price":13.299}')),
-            (
-                3,
-                *nulls,
-                None,
-                None,
-                rescued("items", '[{"price":1.5,"qty":1},{"price":1.5,"qty":3.5}]'),
-            ),
-            (4, *nulls, None, None, rescued("items", '[{"qty":40000}]')),
-            (5, *nulls, None, None, rescued("n", '{"at":"2024-01-01 garbage"}')),
-            (6, *nulls, None, None, rescued("m", '{"a":1.5,"b":"-Infinity"}')),
-            (7, *nulls, None, None, rescued("n", '{"price":10.0}')),
-            (8, *nulls, [None, (None, None)], {}, None),
-            (9, None, None, None, "7", None, None, '{"items":"{\\"price\\":1}","m":"[1]"}'),
-        ],
+        [(*r[:-1], [1] if r[0] == 1 else None, r[-1]) for r in rows],
         "id INT, n_price DECIMAL(12,2), n_qty INT, n_at TIMESTAMP, n_label STRING, "
         "items ARRAY<STRUCT<price: DECIMAL(12,2), qty: SMALLINT>>, m MAP<STRING, DOUBLE>, "
-        "_rescued_data STRING",
+        "`o'k\"` ARRAY<INT>, _rescued_data STRING",
     )
     # A MAP column cannot be sorted by chispa: both in id order.
     assert_df_equality(actual.orderBy("id"), expected, ignore_nullable=True)
