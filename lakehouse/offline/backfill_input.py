@@ -179,7 +179,8 @@ def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column
         column, given = column.cast("string"), StringType()
     if isinstance(given, StringType):
         if nested.supported(kind):
-            return nested.decoded(F.try_parse_json(column), kind)
+            leaves = decode.leaf_encodings(decode.kind_encodings("events"), encoding)
+            return nested.decoded(F.try_parse_json(column), kind, leaves)
         if isinstance(kind, StructType | ArrayType | MapType):
             return F.from_json(column, kind.simpleString())
         if isinstance(kind, BinaryType):

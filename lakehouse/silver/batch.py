@@ -370,4 +370,6 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     ddl = tables.columns_ddl(evolved)
     spark.sql(f"ALTER TABLE delta.`{plan.path}` SET TBLPROPERTIES ('{EVOLVED}' = '{ddl}')")
     log.warning("silver.%s: schema evolved, added %s", plan.name, sorted(unknown))
-    plan.schema = silver.parse_schema(plan.table.schema, ddl, plan.schema.encodings)
+    plan.schema = silver.parse_schema(
+        plan.table.schema, ddl, plan.schema.encodings, plan.schema.nested_encodings
+    )

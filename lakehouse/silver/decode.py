@@ -97,6 +97,33 @@ def allowed(kind: str | None) -> tuple[str, ...]:
     }.get(kind or "", ())
 
 
+def column_allows(data_type: DataType) -> tuple[str, ...]:
+    """The encodings a column may declare: its kind's, or for a nested column those of its
+    leaves' kinds (the declared one applies to every leaf that takes it)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    def kinds(t: DataType) -> list[str | None]:
+        if isinstance(t, StructType):
+            return [k for f in t.fields for k in kinds(f.dataType)]
+        if isinstance(t, ArrayType):
+            return kinds(t.elementType)
+        if isinstance(t, MapType):
+            return kinds(t.valueType)
+        return [kind_of(t)]
+
+    return tuple(dict.fromkeys(e for k in kinds(data_type) for e in allowed(k)))
+
+
+def leaf_encodings(by_kind: Mapping[str, str], declared: str) -> dict[str, str]:
+    """A nested column's leaf encodings: `by_kind` (its source's defaults), with `declared`
+    (the column's own, if any) for every kind that takes it."""
+    out = dict(by_kind)
+    for kind in ("timestamp", "date", "decimal", "string"):
+        if declared and declared in allowed(kind):
+            out[kind] = declared
+    return out
+
+
 def kind_encodings(
     source_kind: str, decimal_mode: str = "precise", time_mode: str = "adaptive"
 ) -> dict[str, str]:
@@ -340,7 +367,7 @@ def resolve_encodings(
     for column, encoding in declared.items():
         if column not in types:
             raise ValueError(f"{column!r} is not a top-level column of the schema")
-        options = allowed(kind_of(types[column]))
+        options = column_allows(types[column])
         if encoding not in options:
             raise ValueError(
                 f"{column!r} is {types[column].simpleString()}: "

@@ -8,14 +8,16 @@ every leaf decodes is the column's value; any other is NULL, so `parse_records` 
 field (an event) or refuses the change (CDC): stored exactly or not at all.
 
 A VARIANT keeps a number's digits (up to 38). In exponent form, or longer, it holds a double
-whose digits cannot be told: such a number does not decode into an integer, decimal,
-timestamp or string leaf, nor does one outside a double's range (or `0e0`) into a double leaf.
-A leaf takes its source's default encoding for its kind (an events feed's ISO dates and
-timestamps and text decimals; a CDC source's epoch days, epoch microseconds and, with
-`decimal_handling_mode: precise`, base64 decimals). A nested string keeps the VARIANT's text
-of a number (`1.5` for `1.50`), and a DOUBLE leaf's `-0.0` is `0.0`. A record with a
-duplicate key has no VARIANT: its nested values do not decode. Unknown nested fields are
-ignored, as Spark ignores them (the record is whole in bronze)."""
+whose digits cannot be told: such a number does not decode into an integer, decimal, timestamp
+or string leaf, nor does one outside a double's range (or `0e0`) into a double leaf. A leaf
+takes the encoding its column declares, where its kind takes it, else its source's default for
+its kind (an events feed's ISO dates and timestamps and text decimals; a CDC source's epoch
+days, epoch microseconds, or milliseconds in `connect` mode, and with `decimal_handling_mode:
+precise` base64 decimals: a PostgreSQL `timestamp(3)[]` under `adaptive` sends milliseconds, so
+its column declares `epoch_ms`). A nested string keeps the VARIANT's text of a number (`1.5`
+for `1.50`), and a DOUBLE leaf's `-0.0` is `0.0`. A record with a duplicate key has no VARIANT:
+its nested values do not decode. Unknown nested fields are ignored, as Spark ignores them (the
+record is whole in bronze)."""
 
 from __future__ import annotations
 
@@ -143,8 +145,11 @@ def _leaf(v: Column, data_type: DataType, enc: Mapping[str, str]) -> Column:
         # neither is 0e0, which cannot be told from 1e-400).
         outside = double & (text.isin("Infinity", "-Infinity") | (text.try_cast("double") == 0))
         leaf_text = F.when(~composite & ~outside, text)
-    elif kind == "string" or (kind == "decimal" and encoding == "base64"):
-        # (Debezium's variable-scale decimal is an object.)
+    elif kind == "decimal" and encoding == "base64":
+        # Base64 text, or Debezium's variable-scale {scale, value}: a JSON number read as
+        # base64 would be another number.
+        leaf_text = F.when(variant_kind.isin("STRING") | variant_kind.startswith("OBJECT"), text)
+    elif kind == "string":
         leaf_text = F.when(~double, text)
     else:
         leaf_text = F.when(~composite & ~double, text)

@@ -174,13 +174,16 @@ def parse_records(
     # Each nested column decoded once, with whether every leaf did (read twice below).
     types = {f.name: f.dataType for f in schema.struct.fields}
     pair_names = {n: f"{nested.PAIR}{i}" for i, n in enumerate(nested_names)}
-    leaf_encodings = schema.nested_encodings
+
+    def leaves(name: str) -> dict[str, str]:
+        return decode.leaf_encodings(schema.nested_encodings, schema.encodings.get(name, ""))
+
     staged = staged.select(
         "*",
         *[
-            nested.pair(
-                nested.field(F.col(exact_digits.VARIANT), n), types[n], leaf_encodings
-            ).alias(pair_names[n])
+            nested.pair(nested.field(F.col(exact_digits.VARIANT), n), types[n], leaves(n)).alias(
+                pair_names[n]
+            )
             for n in nested_names
         ],
     )

@@ -10,7 +10,7 @@ rounding's."""
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 
 from chispa import assert_df_equality
@@ -236,3 +236,49 @@ def test_nested_values_of_a_change_decode_from_its_own_image_exactly_or_quaranti
     )
     refused = quarantine(spark, settings, name).select("offset", "parse_error")
     assert [tuple(r) for r in refused.collect()] == [(2, "undecodable: prices")]
+
+
+def test_nested_leaves_take_the_connectors_encodings_the_columns_own_and_keep_them_on_evolve(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Under Debezium's defaults (`precise`, `adaptive`) a `numeric[]` is base64 (or
+    `{scale, value}`), a `date[]` epoch days, and a `timestamp(3)[]` epoch milliseconds, which
+    its column declares. A JSON number for a base64 leaf was read as base64 (another number);
+    an evolved schema took the events encodings for nested leaves, quarantining a `date[]`."""
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    schema = "id INT, amounts ARRAY<DECIMAL(20,2)>, ts ARRAY<TIMESTAMP>, days ARRAY<DATE>"
+    name, settings = with_silver(
+        settings,
+        source,
+        mode="scd1",
+        schema=schema,
+        keys=("id",),
+        encodings={"ts": "epoch_ms"},
+        schema_drift="evolve",
+    )
+    first = '"amounts": ["BNI=", {"scale": 1, "value": "BNI="}], "ts": [1704067200000]'
+    changes = [
+        envelope("c", 100, after=f'{{"id": 1, {first}, "days": [19000], "note": "x"}}'),
+        envelope("c", 110, after='{"id": 2, "amounts": [1234]}'),
+    ]
+    kafka.produce(settings.kafka, topic, [(b'{"id": 0}', c, 0) for c in changes])
+    run_ingest(spark, settings, source, kind="cdc")
+    result = run_refine(spark, settings, name)
+    assert (result.rows_written, result.rows_quarantined) == (1, 1)
+
+    expected = spark.createDataFrame(
+        [
+            (
+                1,
+                [Decimal("12.34"), Decimal("123.40")],
+                [datetime(2024, 1, 1)],
+                [date(2022, 1, 8)],
+                "x",
+            )
+        ],
+        f"{schema}, note STRING",
+    )
+    actual = current(spark, settings, name).select("id", "amounts", "ts", "days", "note")
+    assert_df_equality(actual, expected, ignore_nullable=True)
+    refused = quarantine(spark, settings, name).select("offset", "parse_error")
+    assert [tuple(r) for r in refused.collect()] == [(1, "undecodable: amounts")]

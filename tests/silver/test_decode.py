@@ -276,7 +276,9 @@ def test_epoch_counts_out_of_range_for_their_unit_do_not_decode_instead_of_faili
     )
 
 
-def test_an_encoding_that_does_not_fit_the_column_type_is_refused_by_name() -> None:
+def test_an_encoding_that_does_not_fit_the_column_type_is_refused_by_name(
+    spark: SparkSession,
+) -> None:
     struct = _parse_datatype_string("id bigint, at timestamp, amount decimal(10,2), d date")
     assert isinstance(struct, StructType)
     assert resolve_encodings(struct, {"at": "epoch_ms"}, "events") == {
@@ -296,3 +298,12 @@ def test_an_encoding_that_does_not_fit_the_column_type_is_refused_by_name() -> N
         resolve_encodings(struct, {"id": "iso"}, "events")
     with pytest.raises(ValueError, match="'nope' is not a top-level column"):
         resolve_encodings(struct, {"nope": "iso"}, "events")
+    # A nested column declares an encoding for the leaves whose kind takes it.
+    nested = _parse_datatype_string("ts array<timestamp>, n struct<d: date, i: int>, v array<int>")
+    assert isinstance(nested, StructType)
+    declared = {"ts": "epoch_ms", "n": "epoch_days"}
+    assert resolve_encodings(nested, declared, "cdc") == declared
+    with pytest.raises(ValueError, match="'n' is struct<d:date,i:int>: use one of iso, epoch_d"):
+        resolve_encodings(nested, {"n": "epoch_ms"}, "events")
+    with pytest.raises(ValueError, match="'v' is array<int>: its values take no encoding"):
+        resolve_encodings(nested, {"v": "iso"}, "events")
