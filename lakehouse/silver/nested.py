@@ -67,9 +67,7 @@ def decoded(
 
 def pair(value: Column, data_type: DataType, encodings: Mapping[str, str] | None = None) -> Column:
     """struct(v, ok) of `value` (a VARIANT) as `data_type`: projected once, as both are read."""
-    from lakehouse.silver.decode import kind_encodings
-
-    return _pair(value, data_type, encodings or kind_encodings("events"))
+    return _pair(value, data_type, encodings or decode.kind_encodings("events"))
 
 
 def value_of(pair: Column) -> Column:
