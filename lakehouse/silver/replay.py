@@ -207,9 +207,9 @@ def _blocked(records: DataFrame, row: StructType) -> DataFrame:
     listed = F.split(F.regexp_extract(error, r"^undecodable: (.*)$", 1), ", ")
     missing = [F.array_contains(listed, f.name) & F.col(f"`{f.name}`").isNull() for f in row.fields]
     placeholders = [
-        F.col(f"`{f.name}`").eqNullSafe(value)
+        toast.is_placeholder(F.col(f"`{f.name}`"), f.dataType)
         for f in row.fields
-        if (value := toast.placeholder(f.dataType)) is not None
+        if toast.takes_placeholder(f.dataType)
     ]
     still = (
         error.startswith("undecodable: ") & reduce(lambda a, b: a | b, missing, F.lit(False))

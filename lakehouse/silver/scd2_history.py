@@ -296,7 +296,10 @@ def _versions(shape: _Shape, events: DataFrame) -> DataFrame:
     values = [_col(c) for c in shape.values]
     groups = events.groupBy(*shape.key_cols, _GROUP).agg(
         F.min(F.struct(SEQ, TS)).alias("_first"),
-        F.max(F.when(F.col(_UP), F.struct(F.col(SEQ).alias("_s"), *values, _SNAP))).alias("_last"),
+        # By `_seq` alone: a MAP value (an hstore) has no order, so a struct holding one has none.
+        F.max_by(
+            F.struct(F.col(SEQ).alias("_s"), *values, _SNAP), F.when(F.col(_UP), F.col(SEQ))
+        ).alias("_last"),
         F.max(F.when(~F.col(_UP), F.struct(SEQ, TS))).alias("_close"),
     )
     by_group = Window.partitionBy(*shape.key_cols).orderBy(_GROUP)

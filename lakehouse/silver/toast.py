@@ -1,7 +1,7 @@
 """Debezium's unchanged-TOAST placeholder: PostgreSQL does not log a large (TOASTed) value that
 an UPDATE left unchanged, so Debezium sends a placeholder in its place, shaped by the column's
-type: `__debezium_unavailable_value` for text, varchar and json(b); its bytes (base64) for
-bytea; a one-element array of it for text[]; its byte codes for integer arrays. Silver takes
+type: `__debezium_unavailable_value` for text, its bytes for bytea, a map of it to itself for
+an hstore, and so on (`_placeholders` lists every shape). Silver takes
 the key's previous value instead: earlier in the batch, else silver's live row. A primary-key
 update reaches Kafka as a delete of the old key plus a create of the new one at the same
 position, the create carrying placeholders: those take the old key's value. A placeholder with
@@ -10,6 +10,9 @@ quarantined as `unresolved_toast: <columns>`, never stored."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import uuid
 from collections.abc import Sequence
 from functools import reduce
 from typing import TYPE_CHECKING
@@ -26,21 +29,78 @@ TOAST_PLACEHOLDER = "__debezium_unavailable_value"  # Debezium: unchanged TOASTe
 _BASE, _LOOKUP, _OLD = "_lh_base", "_lh_lookup", "_lh_old_key"
 
 
-def placeholder(dtype: DataType) -> Column | None:
-    """The placeholder as a value of `dtype`, or None when Debezium sends none for it."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, BinaryType, IntegralType, StringType
+# An hstore in `hstore.handling.mode: json` is a string column: its placeholder is the JSON
+# of the map Debezium sends in `map` mode, as Jackson writes it (compact).
+_HSTORE_JSON = json.dumps({TOAST_PLACEHOLDER: TOAST_PLACEHOLDER}, separators=(",", ":"))
 
+
+def _name_uuid(data: bytes) -> str:
+    """Java's `UUID.nameUUIDFromBytes`: an MD5 (version 3) UUID of `data`, no namespace."""
+    digest = bytearray(hashlib.md5(data, usedforsecurity=False).digest())
+    digest[6] = digest[6] & 0x0F | 0x30
+    digest[8] = digest[8] & 0x3F | 0x80
+    return str(uuid.UUID(bytes=bytes(digest)))
+
+
+# Debezium sends a uuid[]'s placeholder as a one-element array of this UUID.
+_UUID_PLACEHOLDER = _name_uuid(TOAST_PLACEHOLDER.encode())
+
+
+def _placeholders(dtype: DataType) -> list[Column]:
+    """Every shape Debezium gives its placeholder in a column read as `dtype` (its
+    UnchangedToastedPlaceholder): the text for text, varchar, json(b), xml and an hstore's JSON;
+    the bytes for bytea; a one-element array of the text for text[] (or of a UUID for uuid[]),
+    of the bytes for bytea[]; the bytes' codes for integer, bigint and date[] (read as epoch
+    days). A MAP (an hstore in `map` mode) is matched by `is_placeholder` itself."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, BinaryType, DateType, IntegralType, StringType
+
+    codes = TOAST_PLACEHOLDER.encode()
+    binary = F.lit(bytearray(codes))
     if isinstance(dtype, StringType):
-        return F.lit(TOAST_PLACEHOLDER)
+        return [F.lit(TOAST_PLACEHOLDER), F.lit(_HSTORE_JSON)]
     if isinstance(dtype, BinaryType):
-        return F.lit(bytearray(TOAST_PLACEHOLDER.encode()))
-    if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, StringType):
-        return F.array(F.lit(TOAST_PLACEHOLDER))
-    if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, IntegralType):
-        codes = [F.lit(b).cast(dtype.elementType) for b in TOAST_PLACEHOLDER.encode()]
-        return F.array(*codes)
-    return None
+        return [binary]
+    if not isinstance(dtype, ArrayType):
+        return []
+    element = dtype.elementType
+    if isinstance(element, StringType):
+        return [F.array(F.lit(TOAST_PLACEHOLDER)), F.array(F.lit(_UUID_PLACEHOLDER))]
+    if isinstance(element, BinaryType):
+        return [F.array(binary)]
+    if isinstance(element, IntegralType):
+        return [F.array(*[F.lit(b).cast(element) for b in codes])]
+    if isinstance(element, DateType):
+        return [F.array(*[F.date_from_unix_date(F.lit(b)) for b in codes])]
+    return []
+
+
+def _hstore_map(dtype: DataType) -> bool:
+    from pyspark.sql.types import MapType, StringType
+
+    return (
+        isinstance(dtype, MapType)
+        and isinstance(dtype.keyType, StringType)
+        and isinstance(dtype.valueType, StringType)
+    )
+
+
+def takes_placeholder(dtype: DataType) -> bool:
+    """Whether Debezium may send its placeholder in a column read as `dtype`."""
+    return _hstore_map(dtype) or bool(_placeholders(dtype))
+
+
+def is_placeholder(value: Column, dtype: DataType) -> Column:
+    """True where `value` (of `dtype`) is Debezium's placeholder, false elsewhere (NULL too)."""
+    from pyspark.sql import functions as F
+
+    assert takes_placeholder(dtype), f"{dtype.simpleString()}: Debezium sends no placeholder"
+    if _hstore_map(dtype):
+        # {placeholder: placeholder}; maps cannot be compared, their keys and values can.
+        one = F.array(F.lit(TOAST_PLACEHOLDER))
+        match = (F.map_keys(value) == one) & (F.map_values(value) == one)
+        return F.coalesce(match, F.lit(False))
+    return reduce(lambda a, b: a | b, [value.eqNullSafe(p) for p in _placeholders(dtype)])
 
 
 def toast_columns(changes: DataFrame, keys: Sequence[str]) -> list[str]:
@@ -48,7 +108,7 @@ def toast_columns(changes: DataFrame, keys: Sequence[str]) -> list[str]:
     return [
         f.name
         for f in changes.schema.fields
-        if placeholder(f.dataType) is not None
+        if takes_placeholder(f.dataType)
         and f.name not in (*TRANSIENT, *keys, RESCUED, OP)
         and not is_bookkeeping(f.name)
     ]
@@ -57,9 +117,7 @@ def toast_columns(changes: DataFrame, keys: Sequence[str]) -> list[str]:
 def _is_placeholder(changes: DataFrame, name: str) -> Column:
     from pyspark.sql import functions as F
 
-    value = placeholder(changes.schema[name].dataType)
-    assert value is not None, f"{name}: no placeholder for its type"
-    return F.col(f"`{name}`").eqNullSafe(value)
+    return is_placeholder(F.col(f"`{name}`"), changes.schema[name].dataType)
 
 
 def carries_toast_placeholder(changes: DataFrame, columns: Sequence[str]) -> Column:
