@@ -28,6 +28,9 @@ ENCODINGS = (
 _CONNECTOR_NAME = re.compile(r"[A-Za-z0-9._-]+")
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*")
+# Debezium's unchanged-TOAST placeholder (its default `unavailable.value.placeholder`): silver
+# knows every shape Debezium gives it (`lakehouse.silver.toast`), so no other may be set.
+TOAST_PLACEHOLDER = "__debezium_unavailable_value"
 # Connector settings the source declares itself (the decoding depends on them).
 _SOURCE_OWNED = {
     "decimal.handling.mode": "decimal_handling_mode",
@@ -168,6 +171,13 @@ class SourceSettings:
             raise ValueError(
                 f"connector topics {unread} are not read by this source: add them to 'topics' "
                 "(or make 'topic_pattern' match them)"
+            )
+        placeholder = connector.config.get("unavailable.value.placeholder", TOAST_PLACEHOLDER)
+        if placeholder != TOAST_PLACEHOLDER:
+            raise ValueError(
+                f"'connector.config.unavailable.value.placeholder' {placeholder!r}: silver "
+                f"resolves only Debezium's default {TOAST_PLACEHOLDER!r} (an unchanged large "
+                "value would be stored as another text): remove the key"
             )
         for key, own in _SOURCE_OWNED.items():
             if key in connector.config and connector.config[key] != getattr(self, own):

@@ -10,6 +10,7 @@ quarantined as `unresolved_toast: <columns>`, never stored."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import uuid
@@ -18,6 +19,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from lakehouse.core.current import TARGET_SEQ, is_bookkeeping
+from lakehouse.core.specs import TOAST_PLACEHOLDER
 from lakehouse.silver.changes import DELETE, OP, SEQ, UPSERT_OPS
 from lakehouse.silver.transform import ERROR, OFFSET, PARTITION, RESCUED, TOPIC, TRANSIENT
 
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-TOAST_PLACEHOLDER = "__debezium_unavailable_value"  # Debezium: unchanged TOASTed value
 _BASE, _LOOKUP, _OLD = "_lh_base", "_lh_lookup", "_lh_old_key"
 
 
@@ -49,23 +50,32 @@ _UUID_PLACEHOLDER = _name_uuid(TOAST_PLACEHOLDER.encode())
 def _placeholders(dtype: DataType) -> list[Column]:
     """Every shape Debezium gives its placeholder in a column read as `dtype` (its
     UnchangedToastedPlaceholder): the text for text, varchar, json(b), xml and an hstore's JSON;
-    the bytes for bytea; a one-element array of the text for text[] (or of a UUID for uuid[]),
-    of the bytes for bytea[]; the bytes' codes for integer, bigint and date[] (read as epoch
-    days). A MAP (an hstore in `map` mode) is matched by `is_placeholder` itself."""
+    the bytes for bytea (their base64 text in a STRING column); a one-element array of the text
+    for text[] (or of a UUID for uuid[]), of the bytes for bytea[] (of their base64 text in
+    an ARRAY<STRING>); the bytes' codes for
+    integer, bigint and date[] (read as epoch days, or as text in an ARRAY<STRING>). A MAP (an
+    hstore in `map` mode) is matched by `is_placeholder` itself. Debezium sends NULL instead
+    for other types it cannot shape it in (numeric[], timestamp[], ...): see README."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, BinaryType, DateType, IntegralType, StringType
 
     codes = TOAST_PLACEHOLDER.encode()
     binary = F.lit(bytearray(codes))
+    base64_text = F.lit(base64.b64encode(codes).decode())
     if isinstance(dtype, StringType):
-        return [F.lit(TOAST_PLACEHOLDER), F.lit(_HSTORE_JSON)]
+        return [F.lit(TOAST_PLACEHOLDER), F.lit(_HSTORE_JSON), base64_text]
     if isinstance(dtype, BinaryType):
         return [binary]
     if not isinstance(dtype, ArrayType):
         return []
     element = dtype.elementType
     if isinstance(element, StringType):
-        return [F.array(F.lit(TOAST_PLACEHOLDER)), F.array(F.lit(_UUID_PLACEHOLDER))]
+        return [
+            F.array(F.lit(TOAST_PLACEHOLDER)),
+            F.array(F.lit(_UUID_PLACEHOLDER)),
+            F.array(base64_text),
+            F.array(*[F.lit(str(b)) for b in codes]),
+        ]
     if isinstance(element, BinaryType):
         return [F.array(binary)]
     if isinstance(element, IntegralType):

@@ -302,6 +302,14 @@ def test_a_cdc_source_declares_its_connector_and_the_connector_gets_its_modes(
             "'connector.config.decimal.handling.mode' 'precise' differs from the source's "
             "'decimal_handling_mode' 'string'",
         ),
+        (
+            (
+                "tables: [public.customers]",
+                "tables: [public.customers]\n      config: {unavailable.value.placeholder: N/A}",
+            ),
+            r"'connector.config.unavailable.value.placeholder' 'N/A': silver resolves only "
+            "Debezium's default",
+        ),
     ],
 )
 def test_a_connector_that_would_not_feed_its_source_is_refused_at_load(

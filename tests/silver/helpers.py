@@ -197,8 +197,9 @@ def rounds_equal_postgres(
     """Each round: run its statements in PostgreSQL, wait for Debezium's records (`produced`:
     how many the topic held before), ingest, refine every table in `silver_tables` (nothing
     quarantined) and compare its current rows with `SELECT` of `schema`'s columns from
-    PostgreSQL (or of `pg_columns`, expressions giving them as `schema` types them). Returns
-    how many records the topic holds after."""
+    PostgreSQL (or of `pg_columns`, expressions giving them as `schema` types them), both
+    ordered by the first column, which must be the integer key. Returns how many records the
+    topic holds after."""
     columns = ", ".join(f.split()[0] for f in schema.split(", "))
     for statements, records in rounds:
         with pg_connect(settings) as conn:
