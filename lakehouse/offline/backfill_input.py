@@ -159,7 +159,8 @@ def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column
     Another typed value is kept when it casts back to itself (a DOUBLE 13.299, or a
     DECIMAL(12,3) one, does not fit DECIMAL(12,2); a DOUBLE 1.5 no BIGINT). A nested value
     must come with the column's own type: a cast would pair struct fields by position and
-    round inside."""
+    round inside, and its JSON text may hold no field its struct does not declare (where
+    silver decodes the type leaf by leaf: `nested.supported`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import (
         ArrayType,
@@ -180,7 +181,9 @@ def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column
     if isinstance(given, StringType):
         if nested.supported(kind):
             leaves = decode.leaf_encodings(decode.kind_encodings("events"), encoding)
-            return nested.decoded(F.try_parse_json(column), kind, leaves)
+            pair = nested.pair(F.try_parse_json(column), kind, leaves)
+            # A field the struct does not declare would be dropped: the value does not fit.
+            return F.when(~nested.has_extra(pair), nested.value_of(pair))
         if isinstance(kind, StructType | ArrayType | MapType):
             return F.from_json(column, kind.simpleString())
         if isinstance(kind, BinaryType):

@@ -16,8 +16,9 @@ days, epoch microseconds, or milliseconds in `connect` mode, and with `decimal_h
 precise` base64 decimals: a PostgreSQL `timestamp(3)[]` under `adaptive` sends milliseconds, so
 its column declares `epoch_ms`). A nested string keeps the VARIANT's text of a number (`1.5`
 for `1.50`), and a DOUBLE leaf's `-0.0` is `0.0`. A record with a duplicate key has no VARIANT:
-its nested values do not decode. Unknown nested fields are ignored, as Spark ignores them (the
-record is whole in bronze)."""
+its nested values do not decode. A value holding a field its struct does not declare, at any
+depth, is still the column's value when every declared leaf decodes, and the whole field is
+rescued as well (the record's `_rescued_data`), so the unknown field is kept, not dropped."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
     from pyspark.sql.types import DataType, StructType
 
-PAIR = "_lh_nested"  # + column position: struct(v: the value, ok: whether every leaf decoded)
+# + column position: struct(v: the value, ok: whether every leaf decoded, extra: whether an
+# object in it holds a field its struct does not declare)
+PAIR = "_lh_nested"
 
 
 def columns(struct: StructType) -> list[str]:
@@ -57,16 +60,10 @@ def supported(data_type: DataType) -> bool:
     return isinstance(data_type, StructType | ArrayType | MapType) and leaves_ok(data_type)
 
 
-def decoded(
-    value: Column, data_type: DataType, encodings: Mapping[str, str] | None = None
-) -> Column:
-    """`value` (a VARIANT, null when absent) as `data_type`: null when any leaf in it that is
-    not JSON null does not decode. `encodings`: kind -> a leaf's encoding (`PAIR`'s)."""
-    return value_of(pair(value, data_type, encodings))
-
-
 def pair(value: Column, data_type: DataType, encodings: Mapping[str, str] | None = None) -> Column:
-    """struct(v, ok) of `value` (a VARIANT) as `data_type`: projected once, as both are read."""
+    """struct(v, ok, extra) of `value` (a VARIANT, null when absent) as `data_type`: `v` is
+    null when any leaf in it that is not JSON null does not decode (read through `value_of`);
+    projected once, as its fields are read apart. `encodings`: kind -> a leaf's encoding."""
     return _pair(value, data_type, encodings or decode.kind_encodings("events"))
 
 
@@ -74,6 +71,11 @@ def value_of(pair: Column) -> Column:
     from pyspark.sql import functions as F
 
     return F.when(pair["ok"], pair["v"])
+
+
+def has_extra(pair: Column) -> Column:
+    """Whether the value holds an undeclared field (it is then rescued too)."""
+    return pair["extra"]
 
 
 def field(value: Column, name: str) -> Column:
@@ -85,45 +87,55 @@ def field(value: Column, name: str) -> Column:
     return F.try_variant_get(value, path, "variant")
 
 
-def _decode(v: Column, data_type: DataType, enc: Mapping[str, str]) -> tuple[Column, Column]:
-    """(the value, whether it decoded: absent, JSON null, or every leaf decoded)."""
+def _decode(
+    v: Column, data_type: DataType, enc: Mapping[str, str]
+) -> tuple[Column, Column, Column]:
+    """(the value, whether it decoded: absent, JSON null, or every leaf decoded, whether an
+    object in it holds an undeclared field)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType, StructType
 
     missing = v.isNull() | F.is_variant_null(v)
     if isinstance(data_type, StructType):
         # An object's fields as a map: null when `v` is not an object.
-        is_object = F.try_variant_get(v, "$", "map<string,variant>").isNotNull()
+        fields = F.try_variant_get(v, "$", "map<string,variant>")
         parts = [_decode(field(v, f.name), f.dataType, enc) for f in data_type.fields]
-        ok = is_object
-        for _, part_ok in parts:
-            ok = ok & part_ok
         names = [f.name for f in data_type.fields]
-        value = F.struct(*[p.alias(n) for (p, _), n in zip(parts, names, strict=True)])
-        return F.when(~missing, value), ok | missing
+        # An object's keys are unique: more of them than declared fields present means an
+        # undeclared one (no lambda: they run interpreted, per element inside an array).
+        present = sum((field(v, n).isNotNull().cast("int") for n in names), start=F.lit(0))
+        ok, extra = fields.isNotNull(), F.size(fields) > present
+        for _, part_ok, part_extra in parts:
+            ok, extra = ok & part_ok, extra | part_extra
+        value = F.struct(*[p.alias(n) for (p, _, _), n in zip(parts, names, strict=True)])
+        return F.when(~missing, value), ok | missing, F.coalesce(extra, F.lit(False))
     if isinstance(data_type, ArrayType):
         elements = F.try_variant_get(v, "$", "array<variant>")
         pairs = F.transform(elements, lambda e: _pair(e, data_type.elementType, enc))
-        value = F.transform(pairs, lambda p: p["v"])
-        ok = elements.isNotNull() & F.forall(pairs, lambda p: p["ok"])
-        return F.when(~missing, value), ok | missing
+        # A field of an array of structs is an array: read without lambdas, which run
+        # interpreted per element (an element's `ok` is never null).
+        value = pairs["v"]
+        ok = elements.isNotNull() & ~F.array_contains(pairs["ok"], False)
+        extra = F.coalesce(F.array_contains(pairs["extra"], True), F.lit(False))
+        return F.when(~missing, value), ok | missing, extra
     if isinstance(data_type, MapType):
         entries = F.try_variant_get(v, "$", "map<string,variant>")
         pairs = F.transform_values(entries, lambda _k, e: _pair(e, data_type.valueType, enc))
         value = F.transform_values(pairs, lambda _k, p: p["v"])
-        ok = entries.isNotNull() & F.forall(F.map_values(pairs), lambda p: p["ok"])
-        return F.when(~missing, value), ok | missing
+        ok = entries.isNotNull() & ~F.array_contains(F.map_values(pairs)["ok"], False)
+        extra = F.coalesce(F.array_contains(F.map_values(pairs)["extra"], True), F.lit(False))
+        return F.when(~missing, value), ok | missing, extra
     value = _leaf(v, data_type, enc)
     # The value first: an `or`'s right side is evaluated only sometimes, so Spark would not
     # share the decoding with the struct's `v` (it is decoded once per row).
-    return value, value.isNotNull() | missing
+    return value, value.isNotNull() | missing, F.lit(False)
 
 
 def _pair(v: Column, data_type: DataType, enc: Mapping[str, str]) -> Column:
     from pyspark.sql import functions as F
 
-    value, ok = _decode(v, data_type, enc)
-    return F.struct(value.alias("v"), ok.alias("ok"))
+    value, ok, extra = _decode(v, data_type, enc)
+    return F.struct(value.alias("v"), ok.alias("ok"), extra.alias("extra"))
 
 
 def _leaf(v: Column, data_type: DataType, enc: Mapping[str, str]) -> Column:

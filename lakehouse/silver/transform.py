@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 
     from lakehouse.core.specs import SilverTableSettings
 
-RESCUED = "_rescued_data"  # JSON of fields that did not fit the schema (unknown or mistyped)
+# JSON of fields that did not fit the schema: unknown, mistyped, or nested values holding a
+# field their struct does not declare (kept in their column too).
+RESCUED = "_rescued_data"
 # Transient columns of a batch being refined (never written to silver).
 TOPIC, PARTITION, OFFSET = "_lh_topic", "_lh_partition", "_lh_offset"
 RAW_KEY, RAW_VALUE, VALUE_ERROR = "_lh_key", "_lh_value", "_lh_value_error"
@@ -137,7 +139,8 @@ def parse_records(
 ) -> DataFrame:
     """Parse `text` (a JSON object) with `schema`, each top-level value decoded by its type
     and encoding (`lakehouse.silver.decode`). Adds the record's columns, `_rescued_data`
-    (fields that are unknown to the schema or did not decode, as JSON text), `_lh_unknown`
+    (fields that are unknown to the schema or did not decode, and nested values holding a
+    field their struct does not declare, as JSON text), `_lh_unknown`
     (the unknown field names), `_lh_mistyped` (the declared fields that did not decode) and
     `_lh_error` (`error`, else `invalid_json` when the text does not parse as an object at all,
     else, when `strict`, `undecodable: <columns>`: a CDC row image must be stored whole or
@@ -198,7 +201,15 @@ def parse_records(
         "*", decode.mistyped_names(raw_col, schema.struct).alias(MISTYPED)
     )
     bad_names = F.array_union(F.col(UNKNOWN), F.col(MISTYPED))
-    # Every bad name is a key of the map (unknown: from its keys; mistyped: present in it), so
+    if pair_names:
+        # A nested column holding an undeclared field keeps its value and is rescued whole too.
+        extra = [F.when(nested.has_extra(F.col(c)), F.lit(n)) for n, c in pair_names.items()]
+        bad_names = F.array_union(bad_names, F.array_except(F.array(*extra), F.array(F.lit(None))))
+    # Projected once: the rescue's lambda reads it for every field of the record.
+    decoded = decoded.select("*", bad_names.alias("_lh_bad"))
+    bad_names = F.col("_lh_bad")
+    # Every bad name is a key of the map (unknown: from its keys; mistyped and extra: present
+    # in it), so
     # the filtered map is not empty exactly when `bad_names` is not: the lambdas (interpreted)
     # run only for the rows that have something to rescue, and keep every number's digits.
     to_rescue = F.map_filter(raw_col, lambda k, _v: F.array_contains(bad_names, k))

@@ -427,6 +427,8 @@ TIMED = "order_id BIGINT, at TIMESTAMP, line STRUCT<price: DECIMAL(12,2), qty: I
         ("line STRING", '{"price": 13.299, "qty": 3}', {}, False),
         ("line STRING", '{"price": 1.5, "qty": 3.5}', {}, False),
         ("line STRING", '{"price": "1.50", "qty": "3"}', {}, True),
+        # A field the struct does not declare: a correction must not lose it silently.
+        ("line STRING", '{"price": "1.50", "qty": "3", "discount": "0.10"}', {}, False),
     ],
 )
 def test_a_typed_value_of_another_kind_is_read_by_the_column_encoding_or_refused(

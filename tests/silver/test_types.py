@@ -262,6 +262,8 @@ def test_nested_values_decode_as_top_level_ones_exactly_or_the_column_is_rescued
         '{"id": 8, "n": null, "items": [null, {"price": null}], "m": {}}',
         '{"id": 9, "n": {"label": 7, "extra": 1}, "items": {"price": 1}, "m": [1]}',
         '{"id": 10, "n": {"label": 1e2}}',  # a string: not the VARIANT's 100.0
+        # An undeclared field, at any depth: the value is kept and the field rescued whole.
+        '{"id": 11, "items": [{"price": "2.00", "qty": 2}, {"qty": 1, "note": {"x": "y"}}]}',
     ]
     actual = appended(spark, kafka_up, schema, [e.encode() for e in events])
 
@@ -293,8 +295,24 @@ def test_nested_values_decode_as_top_level_ones_exactly_or_the_column_is_rescued
         (6, *nulls, None, None, rescued("m", '{"a":1.5,"b":"-Infinity"}')),
         (7, *nulls, None, None, rescued("n", '{"price":10.0}')),
         (8, *nulls, [None, (None, None)], {}, None),
-        (9, None, None, None, "7", None, None, '{"items":"{\\"price\\":1}","m":"[1]"}'),
+        (
+            9,
+            None,
+            None,
+            None,
+            "7",
+            None,
+            None,
+            '{"n":"{\\"label\\":7,\\"extra\\":1}","items":"{\\"price\\":1}","m":"[1]"}',
+        ),
         (10, *nulls, None, None, rescued("n", '{"label":100.0}')),
+        (
+            11,
+            *nulls,
+            [(Decimal("2.00"), 2), (None, 1)],
+            None,
+            rescued("items", '[{"price":"2.00","qty":2},{"qty":1,"note":{"x":"y"}}]'),
+        ),
     ]
     expected = spark.createDataFrame(
         [(*r[:-1], [1] if r[0] == 1 else None, r[-1]) for r in rows],
