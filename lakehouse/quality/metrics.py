@@ -55,38 +55,32 @@ def metrics_rows(
     counts: BatchCounts,
     undecoded: Mapping[str, int] | None = None,
     undecoded_action: str = "rescue",
+    undeclared: Mapping[str, int] | None = None,
 ) -> DataFrame:
     """One row per rule of the batch; `actions` maps each rule to its action. `undecoded`:
     per column, how many values did not decode into its type (`decode:<column>` rows, with
     `undecoded_action`: `rescue` for events, `quarantine` for CDC), so a column that is
-    silently empty shows up next to the rules."""
+    silently empty shows up next to the rules. `undeclared`: per nested column, how many
+    values held a field their struct does not declare (`undeclared:<column>` rows: the value
+    is kept and the field rescued)."""
     from pyspark.sql import functions as F
 
-    decode_rows = [
-        (
-            table,
-            run_id,
-            batch_id,
-            None,
-            f"decode:{column}",
-            undecoded_action,
-            counts.rows - failed,
-            failed,
-            counts.rows,
-            counts.written,
-            counts.dropped,
-            counts.quarantined,
-        )
-        for column, failed in (undecoded or {}).items()
+    failures = [
+        *[(f"decode:{c}", undecoded_action, n) for c, n in (undecoded or {}).items()],
+        *[(f"undeclared:{c}", "rescue", n) for c, n in (undeclared or {}).items()],
     ]
-    rows = decode_rows + [
+    per_rule = [
+        *[(rule, action, counts.rows - failed, failed) for rule, action, failed in failures],
+        *[(rule, actions[rule], *passed_failed) for rule, passed_failed in counts.per_rule.items()],
+    ]
+    rows = [
         (
             table,
             run_id,
             batch_id,
             None,
             rule,
-            actions[rule],
+            action,
             passed,
             failed,
             counts.rows,
@@ -94,6 +88,6 @@ def metrics_rows(
             counts.dropped,
             counts.quarantined,
         )
-        for rule, (passed, failed) in counts.per_rule.items()
+        for rule, action, passed, failed in per_rule
     ]
     return spark.createDataFrame(rows, metrics_schema()).withColumn("at", F.current_timestamp())

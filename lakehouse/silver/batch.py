@@ -24,7 +24,7 @@ from lakehouse.quality.expectations import (
     quarantined,
 )
 from lakehouse.quality.metrics import BatchCounts, metrics_rows
-from lakehouse.silver import scd1, scd2, toast, tombstones
+from lakehouse.silver import nested, scd1, scd2, toast, tombstones
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import ARRIVAL, OP, SEQ, SNAPSHOT_READ, TRUNCATE, TS
 from lakehouse.silver.plan import EVOLVED, Plan, row_columns, transform
@@ -45,6 +45,8 @@ class BatchStats(BatchCounts):
     snapshot_reads: int
     # Per declared column with values that did not decode into its type: how many.
     undecoded: dict[str, int] = field(default_factory=dict)
+    # Per nested column with values holding a field their struct does not declare: how many.
+    undeclared: dict[str, int] = field(default_factory=dict)
     # Where the batch's time went: (phase, seconds) in order (`refine_batch`).
     phases: tuple[tuple[str, float], ...] = ()
     # The rows a CDC batch read from bronze's feed, counted once (its resolution reads the
@@ -100,7 +102,9 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
                     records = _resolve_toast(spark, plan, records, columns)
                 evaluated = silver.evaluated_for_cache(records, plan.expectations).persist()
             clock.lap("parse")
-        stats = batch_stats(evaluated, plan.expectations, plan.schema.names)
+        stats = batch_stats(
+            evaluated, plan.expectations, plan.schema.names, nested.columns(plan.schema.struct)
+        )
         if stats.unknown_fields and _drift(spark, plan, evaluated, stats, batch_id):
             evaluated.unpersist()
             return refine_batch(batch, batch_id, plan)  # parsed again with the new columns
@@ -127,6 +131,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             stats,
             stats.undecoded,
             "rescue" if plan.kind == "events" else "quarantine",
+            stats.undeclared,
         )
         tables.append_once(metrics, plan.metrics_path, plan.app_id, batch_id)
         clock.lap("metrics")
@@ -230,11 +235,15 @@ def _resolve_toast(
 
 
 def batch_stats(
-    evaluated: DataFrame, expectations: Sequence[Expectation], columns: Sequence[str] = ()
+    evaluated: DataFrame,
+    expectations: Sequence[Expectation],
+    columns: Sequence[str] = (),
+    nested_columns: Sequence[str] = (),
 ) -> BatchStats:
     """Every figure a batch needs, from one aggregation: rows, per-rule failures, what is
-    written/dropped/quarantined, unknown field names, truncate positions and per declared
-    column (`columns`) the values that did not decode."""
+    written/dropped/quarantined, unknown field names, truncate positions, per declared
+    column (`columns`) the values that did not decode and per nested column
+    (`nested_columns`) the values holding an undeclared field."""
     from pyspark.sql import functions as F
 
     def count_if(condition: Column) -> Column:
@@ -252,6 +261,10 @@ def batch_stats(
         *[
             count_if(F.array_contains(silver.MISTYPED, c)).alias(f"_undecoded_{i}")
             for i, c in enumerate(columns)
+        ],
+        *[
+            count_if(F.array_contains(silver.UNDECLARED, c)).alias(f"_undeclared_{i}")
+            for i, c in enumerate(nested_columns)
         ],
     ]
     is_cdc = OP in evaluated.columns
@@ -274,6 +287,9 @@ def batch_stats(
         truncates,
         snapshot_reads,
         {c: int(n) for i, c in enumerate(columns) if (n := row[f"_undecoded_{i}"] or 0)},
+        undeclared={
+            c: int(n) for i, c in enumerate(nested_columns) if (n := row[f"_undeclared_{i}"] or 0)
+        },
     )
 
 

@@ -190,6 +190,7 @@ def _as_records(pending: DataFrame, row: StructType, kind: str) -> DataFrame:
         F.col("parse_error").alias(_PARSE_ERROR),
         F.array().cast("array<string>").alias(silver.UNKNOWN),
         F.array().cast("array<string>").alias(silver.MISTYPED),
+        F.array().cast("array<string>").alias(silver.UNDECLARED),
         *[parsed[f.name].alias(f.name) for f in row.fields],
         *(change if kind in ("cdc", "changes") else []),
     )

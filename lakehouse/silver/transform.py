@@ -43,6 +43,8 @@ RAW_KEY, RAW_VALUE, VALUE_ERROR = "_lh_key", "_lh_value", "_lh_value_error"
 ERROR = "_lh_error"  # why the record could not be parsed (null when it parsed)
 UNKNOWN = "_lh_unknown"  # names of top-level fields the schema does not declare
 MISTYPED = "_lh_mistyped"  # names of declared top-level fields whose value did not decode
+# Names of nested columns whose value holds a field its struct does not declare (kept whole).
+UNDECLARED = "_lh_undeclared"
 CHECKED = "_lh_checked"  # whether user expectations apply (not for deletes/unparsable rows)
 # CDC: a tombstone (a key with no value), a delete without a position until
 # `lakehouse.silver.tombstones` gives it one.
@@ -57,6 +59,7 @@ TRANSIENT = (
     ERROR,
     UNKNOWN,
     MISTYPED,
+    UNDECLARED,
     CHECKED,
     TOMBSTONE_ROW,
 )
@@ -140,13 +143,14 @@ def parse_records(
     """Parse `text` (a JSON object) with `schema`, each top-level value decoded by its type
     and encoding (`lakehouse.silver.decode`). Adds the record's columns, `_rescued_data`
     (fields that are unknown to the schema or did not decode, and nested values holding a
-    field their struct does not declare, as JSON text), `_lh_unknown`
-    (the unknown field names), `_lh_mistyped` (the declared fields that did not decode) and
-    `_lh_error` (`error`, else `invalid_json` when the text does not parse as an object at all,
-    else, when `strict`, `undecodable: <columns>`: a CDC row image must be stored whole or
-    not at all). Fields starting with `metadata_prefix` (Debezium's `__op`, `__lsn`, ... in
-    flattened records) are connector metadata, not unknown data. A `cut` record's numbers are
-    read as written in the text it was cut from."""
+    field their struct does not declare, as JSON text), `_lh_unknown` (the unknown field
+    names), `_lh_mistyped` (the declared fields that did not decode), `_lh_undeclared` (the
+    nested columns holding an undeclared field) and `_lh_error` (`error`, else
+    `invalid_json` when the text does not parse as an object at all, else, when `strict`,
+    `undecodable: <columns>`: a CDC row image must be stored whole or not at all). Fields
+    starting with `metadata_prefix` (Debezium's `__op`, `__lsn`, ... in flattened records)
+    are connector metadata, not unknown data. A `cut` record's numbers are read as written in
+    the text it was cut from."""
     from pyspark.sql import functions as F
 
     parsed = F.from_json(text, schema.struct)
@@ -200,11 +204,11 @@ def parse_records(
     decoded = staged.select("*", *values, unknown.alias(UNKNOWN)).select(
         "*", decode.mistyped_names(raw_col, schema.struct).alias(MISTYPED)
     )
-    bad_names = F.array_union(F.col(UNKNOWN), F.col(MISTYPED))
-    if pair_names:
-        # A nested column holding an undeclared field keeps its value and is rescued whole too.
-        extra = [F.when(nested.has_extra(F.col(c)), F.lit(n)) for n, c in pair_names.items()]
-        bad_names = F.array_union(bad_names, F.array_except(F.array(*extra), F.array(F.lit(None))))
+    # A nested column holding an undeclared field keeps its value and is rescued whole too.
+    extra = [F.when(nested.has_extra(F.col(c)), F.lit(n)) for n, c in pair_names.items()]
+    undeclared = F.array_compact(F.array(*extra)) if extra else F.array().cast("array<string>")
+    decoded = decoded.select("*", undeclared.alias(UNDECLARED))
+    bad_names = F.array_union(F.array_union(F.col(UNKNOWN), F.col(MISTYPED)), F.col(UNDECLARED))
     # Projected once: the rescue's lambda reads it for every field of the record.
     decoded = decoded.select("*", bad_names.alias("_lh_bad"))
     bad_names = F.col("_lh_bad")
@@ -225,6 +229,7 @@ def parse_records(
         rescued.alias(RESCUED),
         UNKNOWN,
         MISTYPED,
+        UNDECLARED,
         F.coalesce(
             F.col("_lh_error0"), F.when(raw_col.isNull(), F.lit("invalid_json")), undecodable
         ).alias(ERROR),

@@ -265,7 +265,11 @@ def test_nested_values_decode_as_top_level_ones_exactly_or_the_column_is_rescued
         # An undeclared field, at any depth: the value is kept and the field rescued whole.
         '{"id": 11, "items": [{"price": "2.00", "qty": 2}, {"qty": 1, "note": {"x": "y"}}]}',
     ]
-    actual = appended(spark, kafka_up, schema, [e.encode() for e in events])
+    _, _, name, settings = events_pipeline(
+        spark, kafka_up, [e.encode() for e in events], mode="append", schema=schema
+    )
+    run_refine(spark, settings, name)
+    actual = current(spark, settings, name)
 
     def rescued(field: str, text: str) -> str:
         return json.dumps({field: text}, separators=(",", ":"))
@@ -322,3 +326,16 @@ def test_nested_values_decode_as_top_level_ones_exactly_or_the_column_is_rescued
     )
     # A MAP column cannot be sorted by chispa: both in id order.
     assert_df_equality(actual.orderBy("id"), expected, ignore_nullable=True)
+    # Per column: the values that did not decode (rescued, the column NULL), and apart from
+    # them the values kept whole whose undeclared field was rescued (rows 9 and 11).
+    counted = {
+        (r["rule"], r["action"], r["passed"], r["failed"])
+        for r in metrics(spark, settings, name).where("rule LIKE '%:%'").collect()
+    }
+    assert counted == {
+        ("decode:n", "rescue", 7, 4),  # rows 2, 5, 7 and 10
+        ("decode:items", "rescue", 8, 3),  # rows 3, 4 and 9
+        ("decode:m", "rescue", 9, 2),  # rows 6 and 9
+        ("undeclared:n", "rescue", 10, 1),
+        ("undeclared:items", "rescue", 10, 1),
+    }
