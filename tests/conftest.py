@@ -103,6 +103,29 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return _ByModule(config, log)
 
 
+# Seconds spent per worker and per group (a `SERIAL` group, else `other`), and tests counted:
+# where a distributed run's time goes, printed at its end (CI time is kept under an hour).
+_BUSY: dict[str, list[float]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # set by xdist on the controller's copy
+    if node is None:
+        return
+    group = SERIAL.get(report.nodeid.split("::", 1)[0], "other")
+    for key in (f"worker {node.gateway.id}", f"group {group}"):
+        busy = _BUSY.setdefault(key, [0.0, 0])
+        busy[0] += report.duration
+        busy[1] += report.when == "call"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _BUSY:
+        terminalreporter.section("time per worker and group")
+        for key, (seconds, tests) in sorted(_BUSY.items()):
+            terminalreporter.write_line(f"{key:<20} {seconds:8.0f} s  {int(tests):4d} tests")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     missing = [m for m in SERIAL if not (config.rootpath / m).is_file()]
     if missing:
