@@ -68,14 +68,15 @@ def test_unchanged_toast_values_of_every_type_survive_updates_and_key_changes(
 # The types whose placeholder Debezium shapes apart (its UnchangedToastedPlaceholder): a date[]
 # arrives as the placeholder's byte codes (read as epoch days), a uuid[] as a one-element array
 # of the UUID named by the placeholder's bytes, a bytea[] as a one-element array of its bytes,
-# an hstore as the map {placeholder: placeholder} (or that map's JSON text, in json mode).
+# an hstore as the map {placeholder: placeholder} (or that map's JSON text, in json mode), a
+# bigint[] as the codes (read as doubles in an ARRAY<DOUBLE>).
 SHAPED_DDL = [
     "CREATE EXTENSION IF NOT EXISTS hstore",
     "CREATE TABLE public.{table} (id int PRIMARY KEY, name text, days date[], ids uuid[], "
-    "bins bytea[], h hstore, b64 bytea, codes int[])",
+    "bins bytea[], h hstore, b64 bytea, codes int[], nums bigint[])",
     *[
         f"ALTER TABLE public.{{table}} ALTER COLUMN {c} SET STORAGE EXTERNAL"
-        for c in ("days", "ids", "bins", "h", "b64", "codes")
+        for c in ("days", "ids", "bins", "h", "b64", "codes", "nums")
     ],
 ]
 SHAPED_LARGE = (
@@ -85,11 +86,12 @@ SHAPED_LARGE = (
     "v" * 3000,
     bytes(range(256)) * 12,  # read as STRING: base64 text
     list(range(1000)),  # read as ARRAY<STRING>: each number's text
+    list(range(0, 3000, 3)),  # read as ARRAY<DOUBLE>: the codes as doubles
 )
 SHAPED_ROUNDS: list[Round] = [
     (
         [
-            "INSERT INTO {t} VALUES (1, 'a', %s, %s::uuid[], %s, hstore('k', %s), %s, %s)",
+            "INSERT INTO {t} VALUES (1, 'a', %s, %s::uuid[], %s, hstore('k', %s), %s, %s, %s)",
             "INSERT INTO {t} VALUES (2, 'b')",
         ],
         2,
@@ -97,7 +99,10 @@ SHAPED_ROUNDS: list[Round] = [
     *ROUNDS[1:],
 ]
 # PostgreSQL's base64 breaks lines every 76 characters; Kafka's JSON does not.
-SHAPED_TAIL = "translate(encode(b64, 'base64'), E'\\n', '') AS b64, codes::text[] AS codes"
+SHAPED_TAIL = (
+    "translate(encode(b64, 'base64'), E'\\n', '') AS b64, codes::text[] AS codes, "
+    "nums::float8[] AS nums"
+)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +118,7 @@ def test_unchanged_toast_values_debezium_shapes_by_type_are_never_stored_as_data
 ) -> None:
     schema = (
         "id INT, name STRING, days ARRAY<DATE>, ids ARRAY<STRING>, bins ARRAY<BINARY>, "
-        f"h {h_type}, b64 STRING, codes ARRAY<STRING>"
+        f"h {h_type}, b64 STRING, codes ARRAY<STRING>, nums ARRAY<DOUBLE>"
     )
     config = {"hstore.handling.mode": mode}
     with debezium_table(kafka_up, SHAPED_DDL, connector_config=config) as pg:
