@@ -270,7 +270,7 @@ def flatten(df: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     selected: list[Column] = []
     for f in df.schema.fields:
         if isinstance(f.dataType, StructType) and f.name not in keep:
-            selected += columns(f.name, F.col(f.name), f.dataType)
+            selected += columns(f.name, F.col(f"`{f.name}`"), f.dataType)
         else:
             selected.append(F.col(f"`{f.name}`"))
     return df.select(*selected)

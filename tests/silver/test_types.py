@@ -339,3 +339,48 @@ def test_nested_values_decode_as_top_level_ones_exactly_or_the_column_is_rescued
         ("undeclared:n", "rescue", 10, 1),
         ("undeclared:items", "rescue", 10, 1),
     }
+
+
+def test_an_undeclared_field_in_a_struct_in_a_struct_a_maps_values_or_under_a_dotted_name_is_kept(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Wherever a struct sits (in a struct, as a map's values) and whatever its names hold
+    (dots), a field it does not declare leaves the value stored, is rescued whole and is
+    counted per column."""
+    schema = (
+        "id INT, s STRUCT<inner: STRUCT<a: INT>>, mm MAP<STRING, STRUCT<a: INT>>, "
+        "`d.o.t` STRUCT<`x.y`: INT>"
+    )
+    events = [
+        b'{"id":1,"s":{"inner":{"a":1,"z":2}},"mm":{"k":{"a":1}},"d.o.t":{"x.y":1}}',
+        b'{"id":2,"s":{"inner":{"a":2}},"mm":{"k":{"a":2,"b":3}},"d.o.t":{"x.y":2,"x":1}}',
+        b'{"id":3,"s":{"inner":{"a":3}},"mm":{"k":{"a":3}},"d.o.t":{"x.y":3}}',
+    ]
+    _, _, name, settings = events_pipeline(spark, kafka_up, events, mode="append", schema=schema)
+    run_refine(spark, settings, name)
+    expected = spark.createDataFrame(
+        [
+            (1, 1, {"k": (1,)}, 1, '{"s":"{\\"inner\\":{\\"a\\":1,\\"z\\":2}}"}'),
+            (
+                2,
+                2,
+                {"k": (2,)},
+                2,
+                '{"mm":"{\\"k\\":{\\"a\\":2,\\"b\\":3}}","d.o.t":"{\\"x.y\\":2,\\"x\\":1}"}',
+            ),
+            (3, 3, {"k": (3,)}, 3, None),
+        ],
+        "id INT, s_inner_a INT, mm MAP<STRING, STRUCT<a: INT>>, `d.o.t_x.y` INT, "
+        "_rescued_data STRING",
+    )
+    actual = current(spark, settings, name)
+    assert_df_equality(actual.orderBy("id"), expected, ignore_nullable=True)
+    counted = {
+        (r["rule"], r["action"], r["passed"], r["failed"])
+        for r in metrics(spark, settings, name).where("rule LIKE '%:%'").collect()
+    }
+    assert counted == {
+        ("undeclared:s", "rescue", 2, 1),
+        ("undeclared:mm", "rescue", 2, 1),
+        ("undeclared:d.o.t", "rescue", 2, 1),
+    }
