@@ -78,6 +78,11 @@ def has_extra(pair: Column) -> Column:
     return pair["extra"]
 
 
+def kept_with_extra(pair: Column) -> Column:
+    """Whether the value is stored (every leaf decoded) and holds an undeclared field."""
+    return pair["ok"] & pair["extra"]
+
+
 def field(value: Column, name: str) -> Column:
     """Field `name` of the VARIANT object `value` (null when absent)."""
     from pyspark.sql import functions as F

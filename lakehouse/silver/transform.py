@@ -204,8 +204,9 @@ def parse_records(
     decoded = staged.select("*", *values, unknown.alias(UNKNOWN)).select(
         "*", decode.mistyped_names(raw_col, schema.struct).alias(MISTYPED)
     )
-    # A nested column holding an undeclared field keeps its value and is rescued whole too.
-    extra = [F.when(nested.has_extra(F.col(c)), F.lit(n)) for n, c in pair_names.items()]
+    # A nested column holding an undeclared field keeps its value and is rescued whole too
+    # (one that did not decode is rescued, and counted, as mistyped).
+    extra = [F.when(nested.kept_with_extra(F.col(c)), F.lit(n)) for n, c in pair_names.items()]
     undeclared = F.array_compact(F.array(*extra)) if extra else F.array().cast("array<string>")
     decoded = decoded.select("*", undeclared.alias(UNDECLARED))
     bad_names = F.array_union(F.array_union(F.col(UNKNOWN), F.col(MISTYPED)), F.col(UNDECLARED))
