@@ -104,7 +104,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 # Seconds spent per worker and per group (a `SERIAL` group, else `other`), and tests counted:
-# where a distributed run's time goes, printed at its end (CI time is kept under an hour).
+# where a distributed run's time goes, printed at its end (CI is to stay under an hour).
 _BUSY: dict[str, list[float]] = {}
 
 

@@ -86,7 +86,7 @@ SHAPED_LARGE = (
     "v" * 3000,
     bytes(range(256)) * 12,  # read as STRING: base64 text
     list(range(1000)),  # read as ARRAY<STRING>: each number's text
-    list(range(0, 3000, 3)),  # read as ARRAY<DOUBLE>: the codes as doubles
+    list(range(0, 3000, 3)),  # read as ARRAY<DOUBLE> (the placeholder: its codes as doubles)
 )
 SHAPED_ROUNDS: list[Round] = [
     (
