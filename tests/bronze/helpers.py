@@ -104,8 +104,19 @@ def run_job(
     )
 
 
+def newest_commit(table: str) -> int:
+    """The newest commit in a local Delta table's log (-1 before its first), read without
+    Spark: a loop that waits for a job's commit checks this before it runs a Spark query, so
+    the waiting takes no CPU from the job."""
+    log = Path(table) / "_delta_log"
+    if not log.is_dir():
+        return -1
+    names = [e.name for e in os.scandir(log)]
+    return max((int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()), default=-1)
+
+
 def wait_for_records(
-    settings: Settings, topic: str, count: int, timeout_s: float = 90, poll_s: float = 1
+    settings: Settings, topic: str, count: int, timeout_s: float = 90, poll_s: float = 0.2
 ) -> None:
     deadline = time.monotonic() + timeout_s
     seen = 0

@@ -22,6 +22,7 @@ from tests.bronze.helpers import (
     delete_records,
     job_env,
     new_source,
+    newest_commit,
     run_ingest,
     start_job,
 )
@@ -40,9 +41,12 @@ def wait_for_more(
     spark: SparkSession, settings: Settings, name: str, than: int, job: subprocess.Popen[bytes]
 ) -> None:
     deadline = time.monotonic() + 180
+    counted = -1  # the bronze log's commit the last count saw
     while time.monotonic() < deadline and job.poll() is None:
-        if committed_rows(spark, settings, name) > than:
-            return
+        if (newest := newest_commit(settings.storage.path("bronze", name))) != counted:
+            counted = newest
+            if committed_rows(spark, settings, name) > than:
+                return
         time.sleep(0.5)
     os.killpg(job.pid, signal.SIGKILL)
     raise AssertionError(f"the ingest job committed nothing new within 180 s (exit {job.poll()})")

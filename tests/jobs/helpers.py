@@ -7,25 +7,55 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from lakehouse.core.settings import Settings, project_root
 
 
-def conf_overlay(tmp_path: Path, extra: dict[str, object], devstack: bool = True) -> Path:
+def conf_overlay(
+    tmp_path: Path, extra: dict[str, object], devstack: bool = True, drop: tuple[str, ...] = ()
+) -> Path:
     """A copy of `conf/` with `extra` as `conf/test/job.yml` (tables with expectations need a
     file: environment variables cannot carry lists); without the dev stack's `postgres` and
-    `connect` sections when `devstack` is False."""
+    `connect` sections when `devstack` is False, nor the entries `drop` names (`section.name`,
+    e.g. `sources.lineitem`: an overlay can add and change entries, not remove them)."""
     conf = tmp_path / "conf"
     shutil.copytree(project_root() / "conf", conf, ignore=shutil.ignore_patterns("local"))
-    if not devstack:
-        base = conf / "base" / "lakehouse.yml"
+    removed = [*drop, *([] if devstack else ["postgres", "connect"])]
+    for base in sorted((conf / "base").glob("*.yml")):
         sections = yaml.safe_load(base.read_text())
-        del sections["postgres"], sections["connect"]
-        base.write_text(yaml.safe_dump(sections))
+        kept = _without(sections, removed)
+        if kept != sections:
+            base.write_text(yaml.safe_dump(kept))
+    missing = set(removed) - set(_found(removed))
+    assert not missing, f"conf/base holds no {sorted(missing)}"
     (conf / "test" / "job.yml").write_text(yaml.safe_dump(extra))
     return conf
+
+
+def _without(sections: dict[str, Any], removed: list[str]) -> dict[str, Any]:
+    kept = {k: dict(v) if isinstance(v, dict) else v for k, v in sections.items()}
+    for path in removed:
+        section, _, name = path.partition(".")
+        if not name:
+            kept.pop(section, None)
+        elif isinstance(kept.get(section), dict):
+            kept[section].pop(name, None)
+    return kept
+
+
+def _found(removed: list[str]) -> list[str]:
+    """The entries of `removed` the original `conf/base` holds."""
+    found = []
+    for base in sorted((project_root() / "conf" / "base").glob("*.yml")):
+        sections = yaml.safe_load(base.read_text())
+        for path in removed:
+            section, _, name = path.partition(".")
+            if section in sections and (not name or name in (sections[section] or {})):
+                found.append(path)
+    return found
 
 
 def overlay_env(settings: Settings, conf: Path) -> dict[str, str]:

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from lakehouse.core import tables
 from lakehouse.core.errors import EXIT_FAILED, EXIT_USAGE
 from lakehouse.core.settings import Settings
-from tests.bronze.helpers import job_env, new_source, run_job
+from tests.bronze.helpers import job_env, new_source, run_ingest, run_job
 from tests.jobs.helpers import conf_overlay, last_line, overlay_env
 from tests.silver.helpers import ORDER_SCHEMA, produce
 
@@ -77,7 +77,7 @@ def test_a_quiet_job_prints_a_line_per_batch_and_its_summary_and_verbose_shows_s
 
 
 def test_an_error_inside_spark_keeps_sparks_error_lines_above_the_verdict(
-    kafka_up: Settings, tmp_path: Path
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
 ) -> None:
     source, topic, settings = new_source(kafka_up)
     produce(settings, topic, [order(1, 1.0)])
@@ -94,7 +94,7 @@ def test_an_error_inside_spark_keeps_sparks_error_lines_above_the_verdict(
         {"sources": {source: {"kind": "events", "topics": [topic]}}, "silver": {name: declared}},
     )
     env = overlay_env(settings, conf)
-    assert run_job("ingest_events", ["--source", source], env).returncode == 0
+    run_ingest(spark, settings, source)  # set-up in this JVM; the refine job is the subject
 
     done = run_job("refine_silver", ["--table", name], env)
 
@@ -172,7 +172,7 @@ def test_a_delta_table_written_by_a_newer_delta_ends_the_job_with_one_line(
     settings = replace(settings, storage=replace(settings.storage, root=str(tmp_path / "lake")))
     produce(settings, topic, [order(1, 1.0)])
     env = job_env(settings, source, topic)
-    assert run_job("ingest_events", ["--source", source], env).returncode == 0
+    run_ingest(spark, settings, source)
     # A newer Delta Lake's commit: a table feature this one does not know.
     bronze = settings.storage.path("bronze", source)
     version = tables.latest_version(spark, bronze) + 1
@@ -199,9 +199,10 @@ def test_a_delta_table_written_by_a_newer_delta_ends_the_job_with_one_line(
 
 
 def test_refine_prints_a_line_per_batch_with_what_it_did_where_its_time_went_its_rate_and_lag(
-    kafka_up: Settings, tmp_path: Path
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
 ) -> None:
-    source, topic, settings = new_source(kafka_up)
+    # Three records a bronze commit: four records make two commits (and two refine batches).
+    source, topic, settings = new_source(kafka_up, max_offsets_per_trigger=3)
     name = "lines_" + source
     declared = {
         "source": source,
@@ -214,12 +215,9 @@ def test_refine_prints_a_line_per_batch_with_what_it_did_where_its_time_went_its
         tmp_path,
         {"sources": {source: {"kind": "events", "topics": [topic]}}, "silver": {name: declared}},
     )
-    env = {
-        **overlay_env(settings, conf),
-        f"LAKEHOUSE__SOURCES__{source.upper()}__MAX_OFFSETS_PER_TRIGGER": "3",
-    }
+    env = overlay_env(settings, conf)
     produce(settings, topic, [order(1, 1.0), order(2, -1.0), order(3, 2.0), order(4, 1.0)])
-    assert run_job("ingest_events", ["--source", source], env).returncode == 0
+    run_ingest(spark, settings, source)
 
     done = run_job("refine_silver", ["--table", name], env)
 

@@ -65,14 +65,29 @@ def run(
     return backfill(spark, settings, BackfillOptions(offline, path, start, end, now=NOW, **options))
 
 
-@pytest.fixture
-def moved(spark: SparkSession, settings: Settings) -> tuple[str, Settings, list[Order]]:
+Moved = tuple[str, Settings, list[Order]]
+
+
+def four_buckets_moved(spark: SparkSession, settings: Settings) -> Moved:
     """Four buckets of orders moved offline; the boundary at 08:00."""
     offline, settings = offline_setup(spark, settings)
     orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]  # one per 2h bucket
     upsert(spark, settings, offline, orders)
     realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
     return offline, settings, orders
+
+
+@pytest.fixture
+def moved(spark: SparkSession, settings: Settings) -> Moved:
+    """A table of its own, for a test that backfills it."""
+    return four_buckets_moved(spark, settings)
+
+
+@pytest.fixture(scope="module")
+def refusing(spark: SparkSession, settings: Settings) -> Moved:
+    """One table the module's refusal tests share (building it took 15 s a test in CI): each
+    asserts the table's version unchanged, so a refusal that wrote fails its own test."""
+    return four_buckets_moved(spark, settings)
 
 
 def files_by_bucket(spark: SparkSession, path: str, version: int) -> dict[str, set[str]]:
@@ -88,7 +103,7 @@ def files_by_bucket(spark: SparkSession, path: str, version: int) -> dict[str, s
 
 
 def test_a_backfill_replaces_only_its_window_in_one_commit(
-    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+    spark: SparkSession, moved: Moved, tmp_path: Path
 ) -> None:
     offline, settings, orders = moved
     path = store.offline_path(settings, offline)
@@ -175,7 +190,7 @@ def write_input(spark: SparkSession, directory: Path, kind: str, orders: list[Or
 )
 def test_delta_parquet_and_csv_inputs_backfill_alike(
     spark: SparkSession,
-    moved: tuple[str, Settings, list[Order]],
+    moved: Moved,
     tmp_path: Path,
     kind: str,
     given: str | None,
@@ -201,7 +216,7 @@ def test_delta_parquet_and_csv_inputs_backfill_alike(
 
 
 def test_the_same_input_replayed_is_a_no_op(
-    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+    spark: SparkSession, moved: Moved, tmp_path: Path
 ) -> None:
     offline, settings, _orders = moved
     source = write_jsonl(tmp_path / "fix.jsonl", [order(1, T0 + 2.5 * H, "12.34")])
@@ -217,9 +232,9 @@ def test_the_same_input_replayed_is_a_no_op(
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(
-    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+    spark: SparkSession, refusing: Moved, tmp_path: Path
 ) -> None:
-    offline, settings, _orders = moved
+    offline, settings, _orders = refusing
     version = tables.latest_version(spark, store.offline_path(settings, offline))
     fixed = [order(1, T0 + 2.5 * H, "12.34"), order(10, T0 + 3 * H, "5.00")]
     report = run(
@@ -250,13 +265,13 @@ def test_dry_run_prints_the_plan_and_writes_nothing(
 )
 def test_bad_input_is_refused_before_anything_is_written(
     spark: SparkSession,
-    moved: tuple[str, Settings, list[Order]],
+    refusing: Moved,
     tmp_path: Path,
     rows: list[Order],
     extra: dict[str, Any] | None,
     message: str,
 ) -> None:
-    offline, settings, _orders = moved
+    offline, settings, _orders = refusing
     version = tables.latest_version(spark, store.offline_path(settings, offline))
     with pytest.raises(BackfillRefused, match=message):
         run(
@@ -289,7 +304,7 @@ def write_records(path: Path, records: list[dict[str, Any]]) -> str:
 )
 def test_text_values_that_fit_exactly_are_backfilled(
     spark: SparkSession,
-    moved: tuple[str, Settings, list[Order]],
+    moved: Moved,
     tmp_path: Path,
     record: dict[str, Any],
     amount: str,
@@ -325,11 +340,11 @@ def test_text_values_that_fit_exactly_are_backfilled(
 )
 def test_text_values_that_do_not_fit_exactly_refuse_the_backfill(
     spark: SparkSession,
-    moved: tuple[str, Settings, list[Order]],
+    refusing: Moved,
     tmp_path: Path,
     record: dict[str, Any],
 ) -> None:
-    offline, settings, _orders = moved
+    offline, settings, _orders = refusing
     version = tables.latest_version(spark, store.offline_path(settings, offline))
     source = write_records(tmp_path / "f.jsonl", [record])
     with pytest.raises(BackfillRefused, match="values that do not fit"):
@@ -353,7 +368,7 @@ TYPED = "order_id {id}, customer_id BIGINT, order_status STRING, amount {amount}
 )
 def test_a_typed_input_value_is_backfilled_only_when_it_fits_exactly(
     spark: SparkSession,
-    moved: tuple[str, Settings, list[Order]],
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     id_type: str,
     amount_type: str,
@@ -361,13 +376,16 @@ def test_a_typed_input_value_is_backfilled_only_when_it_fits_exactly(
     amount: Any,
     fits: bool,
 ) -> None:
+    moved: Moved = request.getfixturevalue("moved" if fits else "refusing")
     offline, settings, orders = moved
     path = str(tmp_path / "typed")
     row = (order_id, 1, "paid", amount, ms(T0 + 2.5 * H))
     spark.createDataFrame([row], TYPED.format(id=id_type, amount=amount_type)).write.parquet(path)
     if not fits:
+        version = tables.latest_version(spark, store.offline_path(settings, offline))
         with pytest.raises(BackfillRefused, match="values that do not fit"):
             run(spark, settings, offline, path, T0 + 2 * H, T0 + 4 * H)
+        assert tables.latest_version(spark, store.offline_path(settings, offline)) == version
         return
     run(spark, settings, offline, path, T0 + 2 * H, T0 + 4 * H)
     assert_df_equality(
@@ -379,7 +397,7 @@ def test_a_typed_input_value_is_backfilled_only_when_it_fits_exactly(
 
 
 def test_a_csv_input_is_read_by_its_header_names_whatever_their_order(
-    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+    spark: SparkSession, moved: Moved, tmp_path: Path
 ) -> None:
     offline, settings, orders = moved
     path = tmp_path / "fix.csv"
@@ -462,26 +480,30 @@ def test_a_typed_value_of_another_kind_is_read_by_the_column_encoding_or_refused
 
 
 def test_a_csv_value_that_does_not_fit_exactly_refuses_the_backfill(
-    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+    spark: SparkSession, refusing: Moved, tmp_path: Path
 ) -> None:
-    offline, settings, _orders = moved
+    offline, settings, _orders = refusing
+    version = tables.latest_version(spark, store.offline_path(settings, offline))
     path = tmp_path / "fix.csv"
     path.write_text(
         f"order_id,customer_id,order_status,amount,ts\n1,1,paid,13.299,{ms(T0 + 3 * H)}\n"
     )
     with pytest.raises(BackfillRefused, match=r"values that do not fit.*13\.299"):
         run(spark, settings, offline, str(path), T0 + 2 * H, T0 + 4 * H)
+    assert tables.latest_version(spark, store.offline_path(settings, offline)) == version
 
 
 def test_windows_off_the_edges_or_not_closed_are_refused(
-    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+    spark: SparkSession, refusing: Moved, tmp_path: Path
 ) -> None:
-    offline, settings, _orders = moved
+    offline, settings, _orders = refusing
+    version = tables.latest_version(spark, store.offline_path(settings, offline))
     source = write_jsonl(tmp_path / "f.jsonl", [order(1, T0 + 2.5 * H)])
     with pytest.raises(UsageError, match="not on a bucket edge"):
         run(spark, settings, offline, source, T0 + H, T0 + 4 * H)
     with pytest.raises(UsageError, match=r"not closed yet: it closes at 2026-01-01T10:01:00"):
         run(spark, settings, offline, source, T0 + 8 * H, T0 + 10 * H)
+    assert tables.latest_version(spark, store.offline_path(settings, offline)) == version
 
 
 def test_a_window_past_the_boundary_moves_the_gap_and_the_boundary(
@@ -531,7 +553,7 @@ def test_a_window_past_the_boundary_moves_the_gap_and_the_boundary(
 
 
 def test_expectations_of_the_realtime_table_guard_the_input(
-    spark: SparkSession, moved: tuple[str, Settings, list[Order]], tmp_path: Path
+    spark: SparkSession, moved: Moved, tmp_path: Path
 ) -> None:
     from dataclasses import replace
 

@@ -1,0 +1,35 @@
+"""The plan a scheduler runs (`lakehouse pipeline --json`, read by the Airflow DAG), from the
+shipped configuration; test_airflow runs a plan on a cluster, over a smaller configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lakehouse.core.pipeline import Step, plan
+from lakehouse.core.settings import load_settings
+from tests.jobs.helpers import conf_overlay
+
+
+def test_the_shipped_configuration_plans_every_source_and_table_stage_by_stage() -> None:
+    assert plan(load_settings("test")) == [
+        Step("ingest", "customers", "ingest_cdc", ("--source", "customers")),
+        Step("ingest", "lineitem", "ingest_events", ("--source", "lineitem")),
+        Step("ingest", "orders", "ingest_events", ("--source", "orders")),
+        Step("refine", "customers", "refine_silver", ("--table", "customers")),
+        Step("refine", "customers_history", "refine_silver", ("--table", "customers_history")),
+        Step("refine", "orders", "refine_silver", ("--table", "orders")),
+        Step("gold", "daily_revenue", "build_gold", ("--table", "daily_revenue")),
+        Step("offline", "orders_offline", "realtime_to_offline", ("--table", "orders_offline")),
+    ]
+
+
+def test_a_source_or_table_removed_from_the_configuration_leaves_the_plan(tmp_path: Path) -> None:
+    conf = conf_overlay(tmp_path, {}, drop=("sources.lineitem", "silver.customers_history"))
+    assert [step.task_id for step in plan(load_settings("test", conf))] == [
+        "ingest_cdc.customers",
+        "ingest_events.orders",
+        "refine_silver.customers",
+        "refine_silver.orders",
+        "build_gold.daily_revenue",
+        "realtime_to_offline.orders_offline",
+    ]
