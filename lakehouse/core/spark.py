@@ -26,9 +26,9 @@ _BASE_CONF: dict[str, str] = {
     # A small local log table does not need 50 partitions to reconstruct its snapshot.
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.adaptive.enabled": "true",
-    # Spark keeps 100 compiled generated classes; one refine batch compiles more than that, so
-    # every batch of a continuous job compiled them all again (Janino was 28% of a driver's CPU
-    # in a profile of the scd1 property test; with 1,000 that test ran in 68 s, not 108 s).
+    # Spark keeps 100 compiled generated classes: fewer than repeated refine batches need, so
+    # evicted classes were compiled again and again (Janino was 28% of a driver's CPU in a
+    # profile of the scd1 property test; with 1,000 that test ran in 68 s, not 108 s).
     "spark.sql.codegen.cache.maxEntries": "1000",
     # Parquet's standard INT64 timestamps, not Spark's legacy INT96 (12-byte values hashed and
     # compared per row): ~50 ns less per timestamp written, and every reader understands them.
