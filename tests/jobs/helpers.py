@@ -24,38 +24,31 @@ def conf_overlay(
     conf = tmp_path / "conf"
     shutil.copytree(project_root() / "conf", conf, ignore=shutil.ignore_patterns("local"))
     removed = [*drop, *([] if devstack else ["postgres", "connect"])]
+    found: set[str] = set()
     for base in sorted((conf / "base").glob("*.yml")):
         sections = yaml.safe_load(base.read_text())
-        kept = _without(sections, removed)
-        if kept != sections:
-            base.write_text(yaml.safe_dump(kept))
-    missing = set(removed) - set(_found(removed))
-    assert not missing, f"conf/base holds no {sorted(missing)}"
+        gone = _remove(sections, removed)
+        if gone:
+            found |= gone
+            base.write_text(yaml.safe_dump(sections))
+    assert found == set(removed), f"conf/base holds no {sorted(set(removed) - found)}"
     (conf / "test" / "job.yml").write_text(yaml.safe_dump(extra))
     return conf
 
 
-def _without(sections: dict[str, Any], removed: list[str]) -> dict[str, Any]:
-    kept = {k: dict(v) if isinstance(v, dict) else v for k, v in sections.items()}
+def _remove(sections: dict[str, Any], removed: list[str]) -> set[str]:
+    """Remove the `section` or `section.name` entries of `removed` these sections hold; the
+    ones they held."""
+    gone = set()
     for path in removed:
         section, _, name = path.partition(".")
-        if not name:
-            kept.pop(section, None)
-        elif isinstance(kept.get(section), dict):
-            kept[section].pop(name, None)
-    return kept
-
-
-def _found(removed: list[str]) -> list[str]:
-    """The entries of `removed` the original `conf/base` holds."""
-    found = []
-    for base in sorted((project_root() / "conf" / "base").glob("*.yml")):
-        sections = yaml.safe_load(base.read_text())
-        for path in removed:
-            section, _, name = path.partition(".")
-            if section in sections and (not name or name in (sections[section] or {})):
-                found.append(path)
-    return found
+        if not name and section in sections:
+            del sections[section]
+            gone.add(path)
+        elif name and name in (sections.get(section) or {}):
+            del sections[section][name]
+            gone.add(path)
+    return gone
 
 
 def overlay_env(settings: Settings, conf: Path) -> dict[str, str]:
