@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.bronze.ingest import IngestOptions, IngestResult, ingest
 from lakehouse.bronze.offsets import StartFrom
-from lakehouse.core import kafka
+from lakehouse.core import kafka, tables
 from lakehouse.core.settings import Settings, project_root
 from lakehouse.core.specs import SourceSettings
 
@@ -104,15 +104,10 @@ def run_job(
     )
 
 
-def newest_commit(table: str) -> int:
-    """The newest commit in a local Delta table's log (-1 before its first), read without
-    Spark: a loop that waits for a job's commit checks this before it runs a Spark query, so
-    the waiting takes no CPU from the job."""
-    log = Path(table) / "_delta_log"
-    if not log.is_dir():
-        return -1
-    names = [e.name for e in os.scandir(log)]
-    return max((int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()), default=-1)
+def newest_version(spark: SparkSession, table: str) -> int:
+    """The table's newest commit (-1 before its first), from file probes: no Spark job, so a
+    wait that checks it before counting takes no CPU from the job it waits for."""
+    return tables.latest_version(spark, table) if tables.exists(spark, table) else -1
 
 
 def wait_for_records(

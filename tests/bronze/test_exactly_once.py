@@ -22,7 +22,7 @@ from tests.bronze.helpers import (
     delete_records,
     job_env,
     new_source,
-    newest_commit,
+    newest_version,
     run_ingest,
     start_job,
 )
@@ -43,7 +43,7 @@ def wait_for_more(
     deadline = time.monotonic() + 180
     counted = -1  # the bronze log's commit the last count saw
     while time.monotonic() < deadline and job.poll() is None:
-        if (newest := newest_commit(settings.storage.path("bronze", name))) != counted:
+        if (newest := newest_version(spark, settings.storage.path("bronze", name))) != counted:
             counted = newest
             if committed_rows(spark, settings, name) > than:
                 return

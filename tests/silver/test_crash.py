@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from lakehouse.core import tables
 from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings, load_settings, project_root
-from tests.bronze.helpers import new_source, newest_commit, run_ingest, run_job, start_job
+from tests.bronze.helpers import new_source, newest_version, run_ingest, run_job, start_job
 from tests.silver.helpers import (
     ORDER_SCHEMA,
     metrics,
@@ -141,7 +141,7 @@ def test_sigkill_refine_mid_batch_ends_as_uninterrupted(
         while True:
             # A Spark count only when the metrics log has a new commit: counting every 0.3 s
             # took the CPU the starting job needed.
-            if (newest := newest_commit(metrics_table)) != counted:
+            if (newest := newest_version(spark, metrics_table)) != counted:
                 counted = newest
                 if committed_batches(spark, settings, crashed) > 1:
                     break
