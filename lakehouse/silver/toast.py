@@ -53,14 +53,16 @@ def _placeholders(dtype: DataType) -> list[Column]:
     JSON; the bytes for bytea (their base64 text in a STRING column); a one-element array of
     the text for text[] (or of a UUID for uuid[]), of the bytes for bytea[] (of their base64
     text in an ARRAY<STRING>); the bytes' codes for integer[], bigint[] and date[] (read as
-    integers or floating point numbers, as epoch days, or as text in an ARRAY<STRING>). A MAP
-    (an hstore in `map` mode) is matched by `is_placeholder` itself. Debezium sends NULL
-    instead for other types it cannot shape it in (numeric[], timestamp[], ...): see README."""
+    integers, floating point numbers or wide enough decimals, as epoch days, or as text in an
+    ARRAY<STRING>). A MAP (an hstore in `map` mode) is matched by `is_placeholder` itself.
+    Debezium sends NULL instead for other types it cannot shape it in (numeric[], timestamp[],
+    ...): see README."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
         DateType,
+        DecimalType,
         DoubleType,
         FloatType,
         IntegralType,
@@ -86,9 +88,12 @@ def _placeholders(dtype: DataType) -> list[Column]:
         ]
     if isinstance(element, BinaryType):
         return [F.array(binary)]
-    # An int[] may be declared ARRAY<DOUBLE>. Not DECIMAL: a code (up to 118) overflows a
-    # DECIMAL(4,2), and a precise-mode decimal leaf refuses JSON numbers anyway.
-    if isinstance(element, IntegralType | FloatType | DoubleType):
+    # An int[] may be declared ARRAY<DOUBLE> or ARRAY<DECIMAL>. A DECIMAL too narrow for the
+    # codes (up to 118: three integer digits) cannot hold them: there they fail to decode and
+    # the change is quarantined, as under `precise`, whose decimal leaves refuse JSON numbers.
+    if isinstance(element, IntegralType | FloatType | DoubleType) or (
+        isinstance(element, DecimalType) and element.precision - element.scale >= 3
+    ):
         return [F.array(*[F.lit(b).cast(element) for b in codes])]
     if isinstance(element, DateType):
         return [F.array(*[F.date_from_unix_date(F.lit(b)) for b in codes])]

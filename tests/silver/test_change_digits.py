@@ -247,6 +247,43 @@ def test_nested_values_of_a_change_decode_from_its_own_image_exactly_or_quaranti
     assert [tuple(r) for r in refused.collect()] == [(2, "undecodable: prices")]
 
 
+def test_an_int_array_declared_decimal_keeps_its_value_when_debezium_sends_the_toast_codes(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Debezium sends an unchanged TOASTed `integer[]` as its placeholder's byte codes. Under
+    `decimal.handling.mode=double` a column declaring it ARRAY<DECIMAL(20,2)> decoded the codes
+    as numbers and stored them in place of the value; they are the placeholder, so the value
+    kept is the previous one. Where the codes do not fit (ARRAY<DECIMAL(4,2)>) they are no
+    value at all: the change is quarantined, not stored."""
+    source, topic, settings = new_source(kafka_up, kind="cdc", decimal_handling_mode="double")
+    schema = "id INT, prices ARRAY<DECIMAL(20,2)>, small ARRAY<DECIMAL(4,2)>"
+    name, settings = with_silver(settings, source, mode="scd1", schema=schema, keys=("id",))
+    codes = json.dumps(list(b"__debezium_unavailable_value"))
+    changes = [
+        envelope("c", 100, after='{"id": 1, "prices": [1.5, 13.29], "small": [1.25]}'),
+        envelope("c", 101, after='{"id": 2, "prices": [7], "small": [2.5]}'),
+        envelope("u", 110, after=f'{{"id": 1, "prices": {codes}, "small": [3.75]}}'),
+        envelope("u", 111, after=f'{{"id": 2, "prices": [8], "small": {codes}}}'),
+    ]
+    kafka.produce(settings.kafka, topic, [(b'{"id": 0}', c, 0) for c in changes])
+    run_ingest(spark, settings, source, kind="cdc")
+    result = run_refine(spark, settings, name)
+    assert (result.rows_written, result.rows_quarantined) == (3, 1)
+
+    expected = spark.createDataFrame(
+        [
+            (1, [Decimal("1.50"), Decimal("13.29")], [Decimal("3.75")], None),
+            (2, [Decimal("7.00")], [Decimal("2.50")], None),
+        ],
+        f"{schema}, _rescued_data STRING",
+    )
+    assert_df_equality(
+        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    refused = quarantine(spark, settings, name).select("offset", "parse_error")
+    assert [tuple(r) for r in refused.collect()] == [(3, "undecodable: small")]
+
+
 def test_nested_leaves_take_the_connectors_encodings_the_columns_own_and_keep_them_on_evolve(
     spark: SparkSession, kafka_up: Settings
 ) -> None:
