@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lakehouse.core.columns import named
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
@@ -238,7 +240,7 @@ def historical_to_bronze(
     if "value" in names:
         value = F.col("value").cast("binary")
     else:
-        value = F.to_json(F.struct(*[F.col(c) for c in snapshot.columns])).cast("binary")
+        value = F.to_json(F.struct(*[named(c) for c in snapshot.columns])).cast("binary")
 
     def pick(name: str, cast: str) -> Column:
         return F.col(name).cast(cast) if name in names else F.lit(None).cast(cast)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import partial, reduce
 from typing import TYPE_CHECKING
 
+from lakehouse.core.columns import named
 from lakehouse.core.settings import SettingsError
 from lakehouse.core.spark import analysis_error
 from lakehouse.core.specs import GoldTableSettings
@@ -62,7 +63,7 @@ def in_groups(rows: DataFrame, keys: DataFrame, gold: GoldTableSettings) -> Data
     grouped = rows.select(
         "*", *[c.alias(f"_g_{n}") for c, n in zip(group_columns(gold), gold.group_by, strict=True)]
     )
-    renamed = keys.select(*[F.col(f"`{n}`").alias(f"_g_{n}") for n in gold.group_by])
+    renamed = keys.select(*[named(n).alias(f"_g_{n}") for n in gold.group_by])
     on = reduce(
         lambda a, b: a & b,
         [grouped[f"_g_{n}"].eqNullSafe(renamed[f"_g_{n}"]) for n in gold.group_by],

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import system, tables
+from lakehouse.core.columns import named
 from lakehouse.core.settings import Settings
 from lakehouse.core.specs import GoldTableSettings
 from lakehouse.quality import expectations as rules
@@ -85,7 +86,7 @@ def record(
         F.current_timestamp().alias("quarantined_at"),
         F.col(rules.FAILED).alias("failed_rules"),
         F.lit(None).cast("string").alias("parse_error"),
-        F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns])).alias("record"),
+        F.to_json(F.struct(*[named(c) for c in columns])).alias("record"),
         *[
             F.lit(None).cast(kind).alias(column)
             for column, kind in (

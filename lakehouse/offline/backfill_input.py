@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import fs
+from lakehouse.core.columns import named
 from lakehouse.core.config import SettingsError
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.core.specs import OfflineTableSettings, SilverTableSettings
@@ -119,7 +120,7 @@ def read(
     from pyspark.sql import functions as F
 
     columns = [
-        (F.col(f"`{f.name}`") if f.name in present else F.lit(None)).alias(f"_raw_{f.name}")
+        (named(f.name) if f.name in present else F.lit(None)).alias(f"_raw_{f.name}")
         for f in schema.fields
     ]
     given = raw.select(*columns)
@@ -174,7 +175,7 @@ def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column
         TimestampType,
     )
 
-    column = F.col(f"`{raw}`")
+    column = named(raw)
     timely = isinstance(kind, DateType | TimestampType | TimestampNTZType)
     if isinstance(given, NumericType) and timely:
         column, given = column.cast("string"), StringType()
@@ -210,7 +211,7 @@ def check_values(conformed: DataFrame, schema: StructType) -> Check | None:
     from pyspark.sql import functions as F
 
     failed = [
-        F.when(F.col(f"`_raw_{f.name}`").isNotNull() & F.col(f"`{f.name}`").isNull(), F.lit(f.name))
+        F.when(named(f"_raw_{f.name}").isNotNull() & named(f.name).isNull(), F.lit(f.name))
         for f in schema.fields
     ]
     bad = conformed.withColumn("_bad", F.filter(F.array(*failed), lambda c: c.isNotNull())).where(
@@ -284,7 +285,7 @@ def content_hash(rows: DataFrame, columns: Sequence[str]) -> str:
     """A hash of the records whatever their order or file layout: the same rows hash alike."""
     from pyspark.sql import functions as F
 
-    cols = [F.col(f"`{c}`") for c in columns]
+    cols = [named(c) for c in columns]
     row = rows.agg(
         F.count(F.lit(1)).alias("n"),
         F.sum(F.xxhash64(*cols).cast("decimal(38,0)")).alias("a"),

@@ -27,7 +27,7 @@ from lakehouse.quality.metrics import BatchCounts, metrics_rows
 from lakehouse.silver import nested, scd1, scd2, toast, tombstones
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import ARRIVAL, OP, SEQ, SNAPSHOT_READ, TRUNCATE, TS
-from lakehouse.silver.plan import EVOLVED, Plan, row_columns, transform
+from lakehouse.silver.plan import EVOLVED, Plan, row_columns, transform, unnameable
 from lakehouse.silver.transform import SchemaDriftError
 
 if TYPE_CHECKING:
@@ -166,8 +166,11 @@ def _drift(
             "conf/base/tables.yml, or set schema_drift: evolve or rescue"
         )
     if plan.table.schema_drift == "evolve":
-        _evolve(spark, plan, evaluated, stats.unknown_fields)
-        return True
+        # A field Delta cannot name a column after stays rescued (and the batch goes on).
+        nameable = frozenset(f for f in stats.unknown_fields if not unnameable(f))
+        if nameable:
+            _evolve(spark, plan, evaluated, nameable)
+            return True
     return False
 
 

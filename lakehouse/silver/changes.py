@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from lakehouse.core.columns import named
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -42,7 +44,7 @@ def latest_per_key(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
     tiebreak = [F.col(ARRIVAL).asc()] if ARRIVAL in changes.columns else []
-    order = Window.partitionBy(*keys).orderBy(F.col(SEQ).desc(), *tiebreak)
+    order = Window.partitionBy(*[named(k) for k in keys]).orderBy(F.col(SEQ).desc(), *tiebreak)
     return (
         changes.where(F.col(OP).isin(*UPSERT_OPS, DELETE))
         .withColumn("_rank", F.row_number().over(order))
@@ -76,7 +78,7 @@ def snapshot_position(
     from pyspark.sql import functions as F
 
     later = (
-        Window.partitionBy(*[F.col(f"`{k}`") for k in keys])
+        Window.partitionBy(*[named(k) for k in keys])
         .orderBy(arrival.desc_nulls_last())
         .rowsBetween(Window.unboundedPreceding, -1)
     )

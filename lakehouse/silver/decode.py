@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lakehouse.core import instants
+from lakehouse.core.columns import named
 from lakehouse.silver import precise
 from lakehouse.silver.precise import let
 
@@ -345,7 +346,7 @@ def mistyped_names(raw: Column, struct: StructType) -> Column:
     from pyspark.sql import functions as F
 
     mistyped = [
-        F.when(raw[f.name].isNotNull() & F.col(f"`{f.name}`").isNull(), F.lit(f.name))
+        F.when(raw[f.name].isNotNull() & named(f.name).isNull(), F.lit(f.name))
         for f in struct.fields
     ]
     # `array_compact`, not a `filter` lambda: higher-order functions run interpreted.

@@ -219,8 +219,27 @@ def transform(
     return silver.event_records(bronze_rows, table, schema)
 
 
+# Characters Delta refuses in a column name unless the table maps its columns
+# (`delta.columnMapping.mode`, which silver does not turn on: README, Limits).
+_UNNAMEABLE = " ,;{}()\n\t="
+
+
+def unnameable(column: str) -> list[str]:
+    """The characters of `column` a silver table cannot name a column with."""
+    return sorted({c for c in column if c in _UNNAMEABLE})
+
+
 def _check_columns(name: str, table: SilverTableSettings, records: DataFrame) -> None:
     columns = set(records.columns)
+    for column in row_columns(records):
+        bad = unnameable(column)
+        if bad:
+            raise SettingsError(
+                f"silver.{name}.schema: column {column!r} holds {', '.join(map(repr, bad))}, "
+                "which a Delta table cannot name a column with; silver does not map column "
+                "names yet, so declare a field whose name has none of ' ,;{}()=' or tabs "
+                "and newlines (a feed's other fields stay in _rescued_data)"
+            )
     for key in (*table.keys, *([table.sequence_by] if table.sequence_by else [])):
         if key not in columns:
             raise SettingsError(

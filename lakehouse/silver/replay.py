@@ -16,6 +16,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from lakehouse.core import system, tables
+from lakehouse.core.columns import named
 from lakehouse.core.current import is_bookkeeping
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.quality.expectations import check_fail_rules, failed_names, kept
@@ -206,9 +207,9 @@ def _blocked(records: DataFrame, row: StructType) -> DataFrame:
 
     error = F.col(_PARSE_ERROR)
     listed = F.split(F.regexp_extract(error, r"^undecodable: (.*)$", 1), ", ")
-    missing = [F.array_contains(listed, f.name) & F.col(f"`{f.name}`").isNull() for f in row.fields]
+    missing = [F.array_contains(listed, f.name) & named(f.name).isNull() for f in row.fields]
     placeholders = [
-        toast.is_placeholder(F.col(f"`{f.name}`"), f.dataType)
+        toast.is_placeholder(named(f.name), f.dataType)
         for f in row.fields
         if toast.takes_placeholder(f.dataType)
     ]
@@ -246,7 +247,7 @@ def _settle(spark: SparkSession, plan: Plan, evaluated: DataFrame, row: StructTy
     outcome = evaluated.select(
         F.col(_ID).alias("id"),
         failed_names(plan.expectations).alias("failed_rules"),
-        F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in row.fields])).alias("record"),
+        F.to_json(F.struct(*[named(f.name) for f in row.fields])).alias("record"),
         replay_status(plan.expectations).alias("status"),
     )
     with tables.transaction(spark, f"{JOB}:replays:{plan.name}:{plan.run_id}", n):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from lakehouse.core.columns import named
 from lakehouse.core.current import DELETED, DELETED_AT, SNAPSHOT, TARGET_SEQ
 from lakehouse.core.spark import java_class
 from lakehouse.silver.changes import (
@@ -170,9 +171,7 @@ def _might_contain_keys(
     from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    hashed = changes.select(
-        F.xxhash64(*[F.col(f"`{k}`").cast(key_types[k]) for k in keys]).alias("h")
-    )
+    hashed = changes.select(F.xxhash64(*[named(k).cast(key_types[k]) for k in keys]).alias("h"))
     # Spark builds no filter from an empty input (the batch may hold no upserts); one extra
     # hash in it can only let one more target row through.
     hashed = hashed.union(spark.range(1).select(F.lit(0).cast("long").alias("h")))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from lakehouse.core.columns import named
 from lakehouse.core.current import END_AT, END_SEQ, SNAPSHOT, START_AT, START_SEQ, TARGET_SEQ
 from lakehouse.core.errors import UsageError
 from lakehouse.silver.changes import (
@@ -40,12 +41,6 @@ def has_map(dtype: DataType) -> bool:
     return False
 
 
-def _col(name: str) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.col(f"`{name}`")
-
-
 # Helper columns of the recomputation, per change event (a change of the batch, or one
 # rebuilt from a target version):
 _UP = "_up"  # an upsert (true) or a delete (false)
@@ -73,7 +68,7 @@ class _Shape:
 
     @property
     def key_cols(self) -> list[Column]:
-        return [_col(k) for k in self.keys]
+        return [named(k) for k in self.keys]
 
     @property
     def fields(self) -> list[str]:
@@ -153,7 +148,10 @@ def _event(
     from pyspark.sql import functions as F
 
     return F.struct(
-        *[(_col(c) if upsert else F.lit(None).cast(shape.types[c])).alias(c) for c in shape.values],
+        *[
+            (named(c) if upsert else F.lit(None).cast(shape.types[c])).alias(c)
+            for c in shape.values
+        ],
         F.col(seq).cast("long").alias(SEQ),
         ts.cast("timestamp").alias(TS),
         F.lit(upsert).alias(_UP),
@@ -239,7 +237,7 @@ def _one_per_seq(shape: _Shape, events: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     at_seq = Window.partitionBy(*shape.key_cols, F.col(SEQ))
-    tie_break = F.to_json(F.struct(*[_col(c) for c in shape.values], F.col(TS)))
+    tie_break = F.to_json(F.struct(*[named(c) for c in shape.values], F.col(TS)))
     rank = F.row_number().over(at_seq.orderBy(_PRIO, F.col(_UP).desc(), tie_break))
     return (
         events.withColumn(_ANCHORED, F.max(_ANCHOR).over(at_seq))
@@ -256,7 +254,7 @@ def _with_starts(shape: _Shape, events: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     def comparable(name: str) -> Column:
-        return F.to_json(_col(name)) if has_map(shape.types[name]) else _col(name)
+        return F.to_json(named(name)) if has_map(shape.types[name]) else named(name)
 
     by_seq = Window.partitionBy(*shape.key_cols).orderBy(SEQ)
     prev_up = F.lag(_UP).over(by_seq)
@@ -270,7 +268,7 @@ def _with_starts(shape: _Shape, events: DataFrame) -> DataFrame:
     )
     return events.select(
         *shape.key_cols,
-        *[_col(c) for c in shape.values],
+        *[named(c) for c in shape.values],
         SEQ,
         # A rebuilt fold lost its time: if it reopens a version, it starts at the time of the
         # change before it (see `apply_scd2`).
@@ -293,7 +291,7 @@ def _versions(shape: _Shape, events: DataFrame) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    values = [_col(c) for c in shape.values]
+    values = [named(c) for c in shape.values]
     groups = events.groupBy(*shape.key_cols, _GROUP).agg(
         F.min(F.struct(SEQ, TS)).alias("_first"),
         # By `_seq` alone: a MAP value (an hstore) has no order, so a struct holding one has none.

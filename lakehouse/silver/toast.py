@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from lakehouse.core.columns import named
 from lakehouse.core.current import TARGET_SEQ, is_bookkeeping
 from lakehouse.core.specs import TOAST_PLACEHOLDER
 from lakehouse.silver.changes import DELETE, OP, SEQ, UPSERT_OPS
@@ -140,9 +141,8 @@ def toast_columns(changes: DataFrame, keys: Sequence[str]) -> list[str]:
 
 
 def _is_placeholder(changes: DataFrame, name: str) -> Column:
-    from pyspark.sql import functions as F
 
-    return is_placeholder(F.col(f"`{name}`"), changes.schema[name].dataType)
+    return is_placeholder(named(name), changes.schema[name].dataType)
 
 
 def carries_toast_placeholder(changes: DataFrame, columns: Sequence[str]) -> Column:
@@ -156,7 +156,7 @@ def with_old_keys(changes: DataFrame, keys: Sequence[str], columns: Sequence[str
     of a delete of exactly one other key), that key; else null."""
     from pyspark.sql import functions as F
 
-    key = F.struct(*[F.col(f"`{k}`") for k in keys])
+    key = F.struct(*[named(k) for k in keys])
     deletes = (
         changes.where((F.col(OP) == DELETE) & F.col(ERROR).isNull())
         .groupBy(F.col(SEQ).alias("_lh_del_seq"))
@@ -172,7 +172,7 @@ def with_old_keys(changes: DataFrame, keys: Sequence[str], columns: Sequence[str
     old = F.when(
         F.col(OP).isin(*UPSERT_OPS) & ~F.col("_lh_del_key").eqNullSafe(key), F.col("_lh_del_key")
     )
-    return joined.select(*[F.col(f"`{c}`") for c in changes.columns], old.alias(_OLD))
+    return joined.select(*[named(c) for c in changes.columns], old.alias(_OLD))
 
 
 def resolve_unchanged_toast(
@@ -191,13 +191,13 @@ def resolve_unchanged_toast(
     from pyspark.sql import functions as F
 
     changes = with_old_keys(changes, keys, columns)
-    own = F.struct(*[F.col(f"`{k}`") for k in keys])
+    own = F.struct(*[named(k) for k in keys])
     changes = changes.withColumn(_LOOKUP, F.coalesce(F.col(_OLD), own))
     wanted = changes.select(F.col(_LOOKUP)).union(changes.select(own.alias(_LOOKUP)))
     base = (
         current.select(
             own.alias(_LOOKUP),
-            *[F.col(f"`{c}`") for c in columns],
+            *[named(c) for c in columns],
             F.col(TARGET_SEQ).alias(SEQ),
         )
         .join(wanted.distinct(), _LOOKUP, "left_semi")
@@ -216,7 +216,7 @@ def resolve_unchanged_toast(
         ),
     )
     return changes.withColumn(ERROR, error).select(
-        *[F.col(f"`{c}`") for c in changes.columns if c not in (_OLD, _LOOKUP)]
+        *[named(c) for c in changes.columns if c not in (_OLD, _LOOKUP)]
     )
 
 
@@ -231,16 +231,16 @@ def _fill(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    own = F.struct(*[F.col(f"`{k}`") for k in keys])
+    own = F.struct(*[named(k) for k in keys])
     usable = F.col(ERROR).isNull() & F.col(OP).isin(*UPSERT_OPS, DELETE)
     asking = carries_toast_placeholder(changes, columns)
     providers = (
         changes.where(usable)
-        .select(own.alias("_lh_part"), SEQ, OP, *[F.col(f"`{c}`") for c in columns])
+        .select(own.alias("_lh_part"), SEQ, OP, *[named(c) for c in columns])
         .withColumn("_lh_role", F.lit(1))
         .unionByName(
             base.select(
-                F.col(_LOOKUP).alias("_lh_part"), SEQ, OP, *[F.col(f"`{c}`") for c in columns]
+                F.col(_LOOKUP).alias("_lh_part"), SEQ, OP, *[named(c) for c in columns]
             ).withColumn("_lh_role", F.lit(1))
         )
     )
@@ -250,7 +250,7 @@ def _fill(
         F.col(_LOOKUP).alias("_lh_part"),
         SEQ,
         F.lit("?").alias(OP),
-        *[F.col(f"`{c}`") for c in columns],
+        *[named(c) for c in columns],
         F.lit(0).alias("_lh_role"),
         "_lh_id",
     )
@@ -272,7 +272,7 @@ def _fill(
     giving = (F.col("_lh_role") == 1) & F.col(OP).isin(*UPSERT_OPS)
     filled = []
     for name in columns:
-        column = F.col(f"`{name}`")
+        column = named(name)
         real = giving & ~_is_placeholder(changes, name)
         known = F.last(F.when(real, F.struct(column.alias("v"))), ignorenulls=True).over(earlier)
         filled.append(F.when(_is_placeholder(changes, name), known).alias(f"_lh_fill_{name}"))
@@ -285,11 +285,11 @@ def _fill(
     merged = ids.join(answers, "_lh_id", "left")
     return merged.select(
         *[
-            F.when(F.col(f"_lh_fill_{c}").isNotNull(), F.col(f"_lh_fill_{c}.v"))
-            .otherwise(F.col(f"`{c}`"))
+            F.when(named(f"_lh_fill_{c}").isNotNull(), named(f"_lh_fill_{c}").getField("v"))
+            .otherwise(named(c))
             .alias(c)
             if c in columns
-            else F.col(f"`{c}`")
+            else named(c)
             for c in changes.columns
         ]
     )

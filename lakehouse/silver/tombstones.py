@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lakehouse.bronze.transform import CDC_LSN, CDC_OP
+from lakehouse.core.columns import named
 from lakehouse.core.current import TARGET_SEQ
 from lakehouse.silver.changes import DELETE, OP, SEQ, TS, UPSERT_OPS
 from lakehouse.silver.transform import ERROR, OFFSET, PARTITION, RAW_KEY, TOMBSTONE_ROW, TOPIC
@@ -48,7 +49,7 @@ def with_batch_prior(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    keyed = [F.col(f"`{k}`") for k in keys]
+    keyed = [named(k) for k in keys]
     tombstoned = F.broadcast(changes.where(F.col(TOMBSTONE_ROW)).select(*keyed).distinct())
     involved = changes.join(tombstoned, list(keys), "left_semi")
     rest = changes.join(tombstoned, list(keys), "left_anti")
@@ -59,7 +60,7 @@ def with_batch_prior(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
     state = F.struct(F.col(SEQ).alias("seq"), F.col(OP).isin(*UPSERT_OPS).alias("live"))
     tombstone = F.col(TOMBSTONE_ROW)
     windowed = involved.select(
-        *[F.col(f"`{c}`") for c in changes.columns],
+        *[named(c) for c in changes.columns],
         F.when(tombstone, F.last(F.when(usable, state), ignorenulls=True).over(earlier)).alias(
             _PRIOR
         ),
@@ -102,7 +103,7 @@ def resolve(
     their key, from `after_deletes`) and `live` (silver's live rows, with `__seq`)."""
     from pyspark.sql import functions as F
 
-    columns = [F.col(f"`{c}`") for c in changes.columns]
+    columns = [named(c) for c in changes.columns]
     if follow_deletes is not None:
         flagged = follow_deletes.select(TOPIC, PARTITION, OFFSET).withColumn(
             _BEFORE_IS_DELETE, F.lit(True)
@@ -112,9 +113,10 @@ def resolve(
         changes = changes.withColumn(_BEFORE_IS_DELETE, F.lit(None).cast("boolean"))
     changes = changes.select(*columns, _BEFORE_IS_DELETE)
     if live is not None:
-        wanted = F.broadcast(changes.where(unresolved(changes)).select(*keys).distinct())
+        keyed = [named(k) for k in keys]
+        wanted = F.broadcast(changes.where(unresolved(changes)).select(*keyed).distinct())
         current = live.join(wanted, list(keys), "left_semi").select(
-            *[F.col(f"`{k}`") for k in keys], F.col(TARGET_SEQ).alias("_lh_live_seq")
+            *keyed, F.col(TARGET_SEQ).alias("_lh_live_seq")
         )
         changes = changes.join(F.broadcast(current), list(keys), "left").select(
             *columns, _BEFORE_IS_DELETE, "_lh_live_seq"

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from lakehouse.core.columns import named
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.quality.expectations import (
     ACTIONS,
@@ -226,7 +227,7 @@ def parse_records(
     )
     return decoded.select(
         *[c for c in df.columns],
-        *[F.col(f"`{n}`") for n in schema.names],
+        *[named(n) for n in schema.names],
         rescued.alias(RESCUED),
         UNKNOWN,
         MISTYPED,
@@ -248,14 +249,15 @@ def explode_arrays(df: DataFrame, columns: Sequence[str]) -> DataFrame:
         if name not in df.columns:
             raise UsageError(f"explode: {name!r} is not a column of the schema")
         others = [c for c in df.columns if c != name]
-        df = df.select(*others, F.posexplode_outer(name).alias(f"{name}_pos", name))
+        df = df.select(
+            *[named(c) for c in others], F.posexplode_outer(named(name)).alias(f"{name}_pos", name)
+        )
     return df
 
 
 def flatten(df: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     """Nested structs become top-level columns named `parent_child` (recursively); columns
     in `keep` are left alone."""
-    from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     def columns(prefix: str, path: Column, kind: StructType) -> list[Column]:
@@ -271,9 +273,9 @@ def flatten(df: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     selected: list[Column] = []
     for f in df.schema.fields:
         if isinstance(f.dataType, StructType) and f.name not in keep:
-            selected += columns(f.name, F.col(f"`{f.name}`"), f.dataType)
+            selected += columns(f.name, named(f.name), f.dataType)
         else:
-            selected.append(F.col(f"`{f.name}`"))
+            selected.append(named(f.name))
     return df.select(*selected)
 
 
@@ -327,7 +329,7 @@ def event_upserts(records: DataFrame, sequence_by: str) -> DataFrame:
     from pyspark.sql.types import DateType, TimestampType
 
     kind = records.schema[sequence_by].dataType
-    seq = F.col(sequence_by)
+    seq = named(sequence_by)
     if isinstance(kind, TimestampType):
         seq = F.unix_micros(seq)
     elif isinstance(kind, DateType):
@@ -360,7 +362,7 @@ def quarantine_rows(rejected: DataFrame, table: str, run_id: str, batch_id: int)
         F.current_timestamp().alias("quarantined_at"),
         F.col(FAILED).alias("failed_rules"),
         F.col(ERROR).alias("parse_error"),
-        F.to_json(F.struct(*[F.col(f"`{c}`") for c in record])).alias("record"),
+        F.to_json(F.struct(*[named(c) for c in record])).alias("record"),
         (F.col(OP) if OP in rejected.columns else F.lit(None)).cast("string").alias("op"),
         (F.col(SEQ) if SEQ in rejected.columns else F.lit(None)).cast("long").alias("seq"),
         F.col(RAW_KEY).alias("raw_key"),

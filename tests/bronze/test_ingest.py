@@ -390,6 +390,30 @@ def test_historical_snapshot_then_live(
     ]
 
 
+def test_a_historical_snapshot_of_any_table_is_loaded_as_each_rows_json_under_its_own_names(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """A snapshot that is not Kafka-shaped (no `value`) is loaded row by row as JSON, under
+    the columns' own names, a dot or a dash in them too (the load failed on `order.id`)."""
+    name, topic, settings = new_source(kafka_up)
+    snapshot = settings.storage.path("snapshots", name)
+    spark.createDataFrame(
+        [(1, 2.5), (2, None)], "`order.id` INT, `unit-price` DOUBLE"
+    ).write.format("delta").save(snapshot)
+    start = StartFrom("offsets", offsets={topic: {0: 0}})
+    first = run_ingest(spark, settings, name, start_from=start, historical=snapshot)
+
+    rows = bronze(spark, settings, name).selectExpr(
+        "CAST(value AS STRING) AS value", "historical_version"
+    )
+    expected = spark.createDataFrame(
+        [('{"order.id":1,"unit-price":2.5}', 0), ('{"order.id":2}', 0)],
+        "value string, historical_version long",
+    )
+    assert_df_equality(rows, expected, ignore_row_order=True, ignore_nullable=True)
+    assert first.historical_rows == 2
+
+
 def test_a_historical_load_cut_off_before_its_log_row_is_not_loaded_again(
     spark: SparkSession, kafka_up: Settings, tmp_path: Path
 ) -> None:

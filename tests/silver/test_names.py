@@ -1,0 +1,136 @@
+"""Column names as real feeds and tables write them: a dot (`order.id`, which Spark reads as a
+field of a struct unless quoted), a dash. Every column silver names in its work (a key,
+`sequence_by`, an exploded array, a TOAST column, a tombstone's key) is a column of that name,
+never a path into another. A name Delta cannot give a column (a space, a comma, ...) fails at
+start naming the setting, and under `schema_drift: evolve` stays rescued. (chispa's
+`ignore_row_order` sorts by unquoted names, so the tests order the rows themselves.)"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from lakehouse.core import kafka, tables
+from lakehouse.core.settings import Settings, SettingsError
+from tests.bronze.helpers import new_source, run_ingest
+from tests.silver.helpers import (
+    current,
+    events_pipeline,
+    run_refine,
+    silver_table,
+    with_silver,
+)
+
+PLACEHOLDER = "__debezium_unavailable_value"
+
+
+def test_an_upsert_keyed_ordered_and_exploded_by_dotted_names_keeps_the_newest_per_key(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Keyed by `order.id` and the position in `line.items`, ordered by `event.ts`: the third
+    event is older than the second for position 0 and the only one left for position 1."""
+    schema = "`order.id` INT, `event.ts` TIMESTAMP, `unit-price` DOUBLE, `line.items` ARRAY<STRING>"
+    events: list[object] = [
+        {"order.id": 1, "event.ts": "2024-01-01T00:00:00Z", "unit-price": 1.5, "line.items": ["a"]},
+        {"order.id": 1, "event.ts": "2024-01-01T00:00:02Z", "unit-price": 2.5, "line.items": ["c"]},
+        {
+            "order.id": 1,
+            "event.ts": "2024-01-01T00:00:01Z",
+            "unit-price": 9.5,
+            "line.items": ["x", "y"],
+        },
+        {"order.id": 2, "event.ts": "2024-01-01T00:00:00Z", "unit-price": 3.0, "line.items": []},
+    ]
+    _, _, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        events,
+        mode="upsert",
+        schema=schema,
+        keys=("order.id", "line.items_pos"),
+        sequence_by="event.ts",
+        explode=("line.items",),
+    )
+    run_refine(spark, settings, name)
+
+    expected = spark.createDataFrame(
+        [
+            (1, datetime(2024, 1, 1, 0, 0, 1), 9.5, 1, "y"),
+            (1, datetime(2024, 1, 1, 0, 0, 2), 2.5, 0, "c"),
+            (2, datetime(2024, 1, 1, 0, 0, 0), 3.0, None, None),
+        ],
+        "`order.id` INT, `event.ts` TIMESTAMP, `unit-price` DOUBLE, `line.items_pos` INT, "
+        "`line.items` STRING",
+    )
+    columns = [f"`{c}`" for c in expected.columns]
+    actual = current(spark, settings, name).select(*columns).orderBy(*columns)
+    assert_df_equality(actual, expected, ignore_nullable=True)
+
+
+def change(op: str, lsn: int, before: object = None, after: object = None) -> bytes:
+    source = {"lsn": lsn, "ts_ms": 1_700_000_000_000 + lsn, "schema": "public", "table": "t"}
+    return json.dumps({"before": before, "after": after, "source": source, "op": op}).encode()
+
+
+def test_a_cdc_table_keyed_by_a_dotted_name_resolves_toast_and_tombstones_by_that_column(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """`row.id` keys a CDC table whose `long.text` Debezium leaves out when unchanged (its
+    placeholder), and whose deletes arrive as a tombstone alone (the flattening SMT's default):
+    both resolved from silver's row, written by an earlier batch."""
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    schema = "`row.id` INT, `long.text` STRING, `n-1` INT"
+    name, settings = with_silver(settings, source, mode="scd1", schema=schema, keys=("row.id",))
+
+    def send(records: list[tuple[int, bytes | None]]) -> None:
+        keyed = [(json.dumps({"row.id": k}).encode(), v, 0) for k, v in records]
+        kafka.produce(settings.kafka, topic, keyed)
+        run_ingest(spark, settings, source, kind="cdc")
+        run_refine(spark, settings, name)
+
+    send(
+        [
+            (1, change("c", 100, after={"row.id": 1, "long.text": "hello", "n-1": 1})),
+            (2, change("c", 110, after={"row.id": 2, "long.text": "bye", "n-1": 1})),
+        ]
+    )
+    send(
+        [
+            (1, change("u", 120, after={"row.id": 1, "long.text": PLACEHOLDER, "n-1": 2})),
+            (1, change("u", 130, after={"row.id": 1, "long.text": PLACEHOLDER, "n-1": 3})),
+            (2, None),
+        ]
+    )
+
+    expected = spark.createDataFrame([(1, "hello", 3)], schema)
+    actual = current(spark, settings, name).select("`row.id`", "`long.text`", "`n-1`")
+    assert_df_equality(actual, expected, ignore_nullable=True)
+
+
+def test_a_name_delta_cannot_hold_fails_at_start_and_an_evolved_one_stays_rescued(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Declared, `unit price` fails before anything is written, naming the table's schema;
+    arriving under `schema_drift: evolve`, it stays in `_rescued_data` while `new.field`
+    becomes a column."""
+    events: list[object] = [{"id": 1, "unit price": 2.5, "new.field": "x"}]
+    _, _, name, settings = events_pipeline(
+        spark, kafka_up, events, mode="append", schema="id INT, `unit price` DOUBLE"
+    )
+    with pytest.raises(SettingsError, match=rf"silver\.{name}\.schema: column 'unit price'"):
+        run_refine(spark, settings, name)
+    assert not tables.exists(spark, settings.storage.path("silver", name))
+
+    _, _, name, settings = events_pipeline(
+        spark, kafka_up, events, mode="append", schema="id INT", schema_drift="evolve"
+    )
+    run_refine(spark, settings, name)
+    expected = spark.createDataFrame(
+        [(1, '{"unit price":"2.5"}', "x")], "id INT, _rescued_data STRING, `new.field` STRING"
+    )
+    actual = silver_table(spark, settings, name).select("id", "_rescued_data", "`new.field`")
+    assert_df_equality(actual, expected, ignore_nullable=True)
