@@ -22,3 +22,13 @@ def named(name: str) -> Column:
     from pyspark.sql import functions as F
 
     return F.col(quoted(name))
+
+
+# Characters Delta refuses in a column name unless the table maps its columns
+# (`delta.columnMapping.mode`, which the lakehouse does not turn on: README, Silver).
+_UNNAMEABLE = " ,;{}()\n\t="
+
+
+def unnameable(column: str) -> list[str]:
+    """The characters of `column` a Delta table cannot name a column with."""
+    return sorted({c for c in column if c in _UNNAMEABLE})

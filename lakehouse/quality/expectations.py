@@ -19,12 +19,12 @@ DataFrame -> DataFrame function.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lakehouse.core.columns import quoted, unnameable
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.core.specs import EXPECTATION_ACTIONS, SNAKE
 
@@ -39,7 +39,6 @@ FAILED = "_failed_expectations"  # array<string> of failed rule names, per row
 # compute, count and filter on; the names are only made for rows that are quarantined.
 MASK = "_failed_mask"
 _BITS = 63
-_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
 class ExpectationError(UsageError):
@@ -92,9 +91,11 @@ class Expectation:
 
 def _column(args: Mapping[str, Any], name: str) -> str:
     column = str(args.get("column", ""))
-    if not _COLUMN.fullmatch(column):
+    if not column or unnameable(column):
         raise ExpectationError(f"expectation {name!r}: 'column' must name a column")
-    return f"`{column}`" if "." not in column else column
+    # A whole name (`order.id` is that column; silver flattens structs): a rule on a struct's
+    # field or a map's key is written as `sql`.
+    return quoted(column)
 
 
 def _literal(value: Any) -> str:

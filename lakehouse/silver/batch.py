@@ -14,6 +14,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import current, faults, tables
+from lakehouse.core.columns import unnameable
 from lakehouse.quality.expectations import (
     REMOVING,
     Expectation,
@@ -27,7 +28,7 @@ from lakehouse.quality.metrics import BatchCounts, metrics_rows
 from lakehouse.silver import nested, scd1, scd2, toast, tombstones
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import ARRIVAL, OP, SEQ, SNAPSHOT_READ, TRUNCATE, TS
-from lakehouse.silver.plan import EVOLVED, Plan, row_columns, transform, unnameable
+from lakehouse.silver.plan import EVOLVED, Plan, row_columns, transform
 from lakehouse.silver.transform import SchemaDriftError
 
 if TYPE_CHECKING:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.bronze import transform as bronze
 from lakehouse.core import system, tables
+from lakehouse.core.columns import unnameable
 from lakehouse.core.current import is_bookkeeping
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings, SettingsError
@@ -217,16 +218,6 @@ def transform(
     if kind == "changes":
         return insert_delete_changes(bronze_rows, table, schema)
     return silver.event_records(bronze_rows, table, schema)
-
-
-# Characters Delta refuses in a column name unless the table maps its columns
-# (`delta.columnMapping.mode`, which silver does not turn on: README, Limits).
-_UNNAMEABLE = " ,;{}()\n\t="
-
-
-def unnameable(column: str) -> list[str]:
-    """The characters of `column` a silver table cannot name a column with."""
-    return sorted({c for c in column if c in _UNNAMEABLE})
 
 
 def _check_columns(name: str, table: SilverTableSettings, records: DataFrame) -> None:

@@ -20,6 +20,8 @@ from tests.bronze.helpers import new_source, run_ingest
 from tests.silver.helpers import (
     current,
     events_pipeline,
+    quarantine,
+    rule,
     run_refine,
     silver_table,
     with_silver,
@@ -32,7 +34,8 @@ def test_an_upsert_keyed_ordered_and_exploded_by_dotted_names_keeps_the_newest_p
     spark: SparkSession, kafka_up: Settings
 ) -> None:
     """Keyed by `order.id` and the position in `line.items`, ordered by `event.ts`: the third
-    event is older than the second for position 0 and the only one left for position 1."""
+    event is older than the second for position 0 and the only one left for position 1; the
+    fifth has no `order.id`, which a rule on that column quarantines."""
     schema = "`order.id` INT, `event.ts` TIMESTAMP, `unit-price` DOUBLE, `line.items` ARRAY<STRING>"
     events: list[object] = [
         {"order.id": 1, "event.ts": "2024-01-01T00:00:00Z", "unit-price": 1.5, "line.items": ["a"]},
@@ -44,7 +47,25 @@ def test_an_upsert_keyed_ordered_and_exploded_by_dotted_names_keeps_the_newest_p
             "line.items": ["x", "y"],
         },
         {"order.id": 2, "event.ts": "2024-01-01T00:00:00Z", "unit-price": 3.0, "line.items": []},
+        {"event.ts": "2024-01-01T00:00:00Z", "unit-price": 4.0, "line.items": ["z"]},
     ]
+    # Great Expectations rules name a column the same way (a dash was refused, a dot read as
+    # a struct's field); the range rule passes with 4 of its 6 rows in range
+    # (`mostly` 0.6; 9.5 is out, twice).
+    rules = (
+        rule(
+            "has_id", "quarantine", expect="expect_column_values_to_not_be_null", column="order.id"
+        ),
+        rule(
+            "price_range",
+            "fail",
+            expect="expect_column_values_to_be_between",
+            column="unit-price",
+            min_value=0,
+            max_value=5,
+            mostly=0.6,
+        ),
+    )
     _, _, name, settings = events_pipeline(
         spark,
         kafka_up,
@@ -54,6 +75,7 @@ def test_an_upsert_keyed_ordered_and_exploded_by_dotted_names_keeps_the_newest_p
         keys=("order.id", "line.items_pos"),
         sequence_by="event.ts",
         explode=("line.items",),
+        expectations=rules,
     )
     run_refine(spark, settings, name)
 
@@ -69,6 +91,8 @@ def test_an_upsert_keyed_ordered_and_exploded_by_dotted_names_keeps_the_newest_p
     columns = [f"`{c}`" for c in expected.columns]
     actual = current(spark, settings, name).select(*columns).orderBy(*columns)
     assert_df_equality(actual, expected, ignore_nullable=True)
+    refused = quarantine(spark, settings, name).select("offset", "failed_rules")
+    assert [tuple(r) for r in refused.collect()] == [(4, ["has_id"])]
 
 
 def change(op: str, lsn: int, before: object = None, after: object = None) -> bytes:
