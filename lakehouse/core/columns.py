@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+    from pyspark.sql.types import DataType
 
 
 def quoted(name: str) -> str:
@@ -25,10 +26,30 @@ def named(name: str) -> Column:
 
 
 # Characters Delta refuses in a column name unless the table maps its columns
-# (`delta.columnMapping.mode`, which the lakehouse does not turn on: README, Silver).
-_UNNAMEABLE = " ,;{}()\n\t="
+# (`delta.columnMapping.mode`, which the lakehouse does not turn on: README, Silver), and two
+# that SQL the lakehouse writes (MERGE conditions, DDL in a table property) cannot hold yet.
+_UNNAMEABLE = " ,;{}()\n\t=`'"
 
 
 def unnameable(column: str) -> list[str]:
-    """The characters of `column` a Delta table cannot name a column with."""
+    """The characters of `column` a lakehouse table cannot name a column with."""
     return sorted({c for c in column if c in _UNNAMEABLE})
+
+
+def unnameable_fields(dtype: DataType, prefix: str = "") -> list[str]:
+    """The field names, at any depth of `dtype` (structs in arrays and maps too), that a
+    lakehouse table cannot hold, each as its dotted path."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(dtype, ArrayType):
+        return unnameable_fields(dtype.elementType, prefix)
+    if isinstance(dtype, MapType):
+        return unnameable_fields(dtype.keyType, prefix) + unnameable_fields(dtype.valueType, prefix)
+    if not isinstance(dtype, StructType):
+        return []
+    found = []
+    for f in dtype.fields:
+        path = f"{prefix}{f.name}"
+        found += [path] if unnameable(f.name) else []
+        found += unnameable_fields(f.dataType, f"{path}.")
+    return found

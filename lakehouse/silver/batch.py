@@ -14,7 +14,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import current, faults, tables
-from lakehouse.core.columns import unnameable
+from lakehouse.core.columns import unnameable_fields
 from lakehouse.quality.expectations import (
     REMOVING,
     Expectation,
@@ -167,11 +167,7 @@ def _drift(
             "conf/base/tables.yml, or set schema_drift: evolve or rescue"
         )
     if plan.table.schema_drift == "evolve":
-        # A field Delta cannot name a column after stays rescued (and the batch goes on).
-        nameable = frozenset(f for f in stats.unknown_fields if not unnameable(f))
-        if nameable:
-            _evolve(spark, plan, evaluated, nameable)
-            return True
+        return _evolve(spark, plan, evaluated, stats.unknown_fields)
     return False
 
 
@@ -365,11 +361,12 @@ def write_silver(
                 truncate(*ordered[i])
 
 
-def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: frozenset[str]) -> None:
+def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: frozenset[str]) -> bool:
     """schema_drift: evolve. Infer the new fields' types from this batch's records (events:
     the JSON values; CDC: the rescued fields, so as text), add them as silver columns
     (flattened like the rest) and record them in a table property, so later batches and
-    restarts parse them too. Idempotent: a replayed batch finds the columns already there."""
+    restarts parse them too. Idempotent: a replayed batch finds the columns already there.
+    A field with a name no column can have (at any depth) stays rescued. True: evolved."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -381,6 +378,16 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     inferred = spark.read.json(texts.rdd.map(lambda r: str(r[0])))
     types = {f.name: f for f in inferred.schema.fields}
     new_fields = [types.get(n, StructField(n, StringType())) for n in sorted(unknown)]
+    kept = [f for f in new_fields if not unnameable_fields(StructType([f]))]
+    if len(kept) < len(new_fields):
+        log.warning(
+            "silver.%s: field(s) %s stay in _rescued_data: a name in them cannot name a column",
+            plan.name,
+            sorted({f.name for f in new_fields} - {f.name for f in kept}),
+        )
+    if not kept:
+        return False
+    new_fields = kept
     flat = silver.flatten(spark.createDataFrame([], StructType(new_fields)))
     columns = tables.missing_columns(spark, plan.path, flat.schema.fields)
     if columns:
@@ -389,7 +396,8 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     evolved = [f for f in plan.schema.struct.fields if f.name not in declared] + new_fields
     ddl = tables.columns_ddl(evolved)
     spark.sql(f"ALTER TABLE delta.`{plan.path}` SET TBLPROPERTIES ('{EVOLVED}' = '{ddl}')")
-    log.warning("silver.%s: schema evolved, added %s", plan.name, sorted(unknown))
+    log.warning("silver.%s: schema evolved, added %s", plan.name, [f.name for f in new_fields])
     plan.schema = silver.parse_schema(
         plan.table.schema, ddl, plan.schema.encodings, plan.schema.nested_encodings
     )
+    return True

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.bronze import transform as bronze
 from lakehouse.core import system, tables
-from lakehouse.core.columns import unnameable
+from lakehouse.core.columns import unnameable_fields
 from lakehouse.core.current import is_bookkeeping
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings, SettingsError
@@ -221,16 +221,18 @@ def transform(
 
 
 def _check_columns(name: str, table: SilverTableSettings, records: DataFrame) -> None:
+    from pyspark.sql.types import StructType
+
     columns = set(records.columns)
-    for column in row_columns(records):
-        bad = unnameable(column)
-        if bad:
-            raise SettingsError(
-                f"silver.{name}.schema: column {column!r} holds {', '.join(map(repr, bad))}, "
-                "which a Delta table cannot name a column with; silver does not map column "
-                "names yet, so declare a field whose name has none of ' ,;{}()=' or tabs "
-                "and newlines (a feed's other fields stay in _rescued_data)"
-            )
+    row = StructType([records.schema[c] for c in row_columns(records)])
+    bad = unnameable_fields(row)
+    if bad:
+        raise SettingsError(
+            f"silver.{name}.schema: {', '.join(map(repr, bad))} cannot name a column: Delta "
+            "refuses a space and any of ,;{}()= or a tab or newline in a name (silver does not "
+            "map column names yet), and silver cannot hold a backtick or a quote yet. Declare "
+            "only fields without them (the record's others stay in _rescued_data)"
+        )
     for key in (*table.keys, *([table.sequence_by] if table.sequence_by else [])):
         if key not in columns:
             raise SettingsError(
