@@ -26,9 +26,9 @@ def named(name: str) -> Column:
 
 
 # Characters Delta refuses in a column name unless the table maps its columns
-# (`delta.columnMapping.mode`, which the lakehouse does not turn on: README, Silver), and two
-# that SQL the lakehouse writes (MERGE conditions, DDL in a table property) cannot hold yet.
-_UNNAMEABLE = " ,;{}()\n\t=`'"
+# (`delta.columnMapping.mode`, which the lakehouse does not turn on: README, Silver), and the
+# backtick, which SQL the lakehouse writes (MERGE conditions, selects) does not escape yet.
+_UNNAMEABLE = " ,;{}()\n\t=`"
 
 
 def unnameable(column: str) -> list[str]:

@@ -189,6 +189,32 @@ def commit_info(spark: SparkSession, path: str, version: int) -> dict[str, Any] 
     return None
 
 
+def first_commit_of(
+    spark: SparkSession, path: str, app_id: str, version: int, limit: int = 100
+) -> int | None:
+    """The table's first commit made for `version` by `app_id` (or an app id `app_id:...`
+    of the same writer), None when there is none: read from the newest commit back, stopping
+    at the writer's previous version (one file when the writer has not committed `version`)
+    or after `limit` commits."""
+    import json
+
+    found = None
+    newest = latest_version(spark, path)
+    for commit in range(newest, max(newest - limit, -1), -1):
+        file = f"{path.rstrip('/')}/_delta_log/{commit:020d}.json"
+        if not fs.exists(spark, file):
+            break  # cleaned up: older than any batch being replayed
+        for line in fs.read_text(spark, file).splitlines():
+            txn = json.loads(line).get("txn") if line.startswith('{"txn"') else None
+            if txn is None or not (txn["appId"] == app_id or txn["appId"].startswith(f"{app_id}:")):
+                continue
+            if int(txn["version"]) < version:
+                return found
+            if int(txn["version"]) == version:
+                found = commit
+    return found
+
+
 def query_commits(spark: SparkSession, path: str, query_id: str, after: int) -> list[int]:
     """The rows each commit of streaming query `query_id` wrote after version `after`, from
     the commits themselves (Spark keeps only a query's last 100 progress reports)."""

@@ -97,10 +97,11 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             has_tombstones, has_placeholders, read = _carries(evaluated, columns)
             if has_tombstones or has_placeholders:
                 evaluated.unpersist()
+                target = _silver_as_found(spark, plan, batch_id)
                 if has_tombstones:
-                    records = _resolve_tombstones(spark, plan, records)
+                    records = _resolve_tombstones(spark, plan, records, target)
                 if has_placeholders:
-                    records = _resolve_toast(spark, plan, records, columns)
+                    records = _resolve_toast(plan, records, columns, target)
                 evaluated = silver.evaluated_for_cache(records, plan.expectations).persist()
             clock.lap("parse")
         stats = batch_stats(
@@ -186,7 +187,21 @@ def _carries(records: DataFrame, toast_columns: Sequence[str]) -> tuple[bool, bo
     return bool(row[0]), bool(row[1]), int(row[2])
 
 
-def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> DataFrame:
+def _silver_as_found(spark: SparkSession, plan: Plan, batch_id: int) -> DataFrame:
+    """Silver as this batch found it. A batch rerun after its silver commit (killed before
+    its checkpoint's) must not resolve tombstones and placeholders against its own MERGE: it
+    would quarantine and count differently from the first run. It reads the version before."""
+    reader = spark.read.format("delta")
+    own = tables.first_commit_of(spark, plan.path, plan.app_id, batch_id)
+    if own is not None:
+        log.info("silver.%s: batch %s reads silver as of version %s", plan.name, batch_id, own - 1)
+        reader = reader.option("versionAsOf", own - 1)
+    return reader.load(plan.path)
+
+
+def _resolve_tombstones(
+    spark: SparkSession, plan: Plan, records: DataFrame, target: DataFrame
+) -> DataFrame:
     """Tombstones as deletes (see `lakehouse.silver.tombstones`): bronze (the record before
     each) and silver are read only for tombstones that are first of their key in the batch."""
     from pyspark.sql import functions as F
@@ -217,16 +232,15 @@ def _resolve_tombstones(spark: SparkSession, plan: Plan, records: DataFrame) -> 
         .where((F.col("source") == plan.table.source) & near)
     )
     follow = tombstones.after_deletes(first, bronze)
-    live = current.live_rows(spark.read.format("delta").load(plan.path))
+    live = current.live_rows(target)
     return tombstones.resolve(records, keys, live, follow).localCheckpoint()
 
 
 def _resolve_toast(
-    spark: SparkSession, plan: Plan, records: DataFrame, columns: Sequence[str]
+    plan: Plan, records: DataFrame, columns: Sequence[str], target: DataFrame
 ) -> DataFrame:
     """Unchanged-TOAST placeholders in `columns` take the key's previous value (see
-    `silver.toast.resolve_unchanged_toast`)."""
-    target = spark.read.format("delta").load(plan.path)
+    `silver.toast.resolve_unchanged_toast`) in `target` (silver as the batch found it)."""
     live = current.live_rows(target)
     resolved = toast.resolve_unchanged_toast(
         records.localCheckpoint(), live, plan.table.keys, columns
@@ -378,7 +392,12 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     inferred = spark.read.json(texts.rdd.map(lambda r: str(r[0])))
     types = {f.name: f for f in inferred.schema.fields}
     new_fields = [types.get(n, StructField(n, StringType())) for n in sorted(unknown)]
-    kept = [f for f in new_fields if not unnameable_fields(StructType([f]))]
+    # The evolved DDL is kept in a table property, a quoted SQL string: no quote in it either.
+    kept = [
+        f
+        for f in new_fields
+        if not unnameable_fields(StructType([f])) and "'" not in tables.columns_ddl([f])
+    ]
     if len(kept) < len(new_fields):
         log.warning(
             "silver.%s: field(s) %s stay in _rescued_data: a name in them cannot name a column",

@@ -230,7 +230,7 @@ def _check_columns(name: str, table: SilverTableSettings, records: DataFrame) ->
         raise SettingsError(
             f"silver.{name}.schema: {', '.join(map(repr, bad))} cannot name a column: Delta "
             "refuses a space and any of ,;{}()= or a tab or newline in a name (silver does not "
-            "map column names yet), and silver cannot hold a backtick or a quote yet. Declare "
+            "map column names yet), and silver cannot hold a backtick yet. Declare "
             "only fields without them (the record's others stay in _rescued_data)"
         )
     for key in (*table.keys, *([table.sequence_by] if table.sequence_by else [])):

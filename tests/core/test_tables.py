@@ -27,3 +27,26 @@ def test_jobs_creating_one_shared_table_at_once_all_go_on_and_it_is_created_once
         assert True in created, (round_, created)
         assert tables.latest_version(spark, path) == 0  # one creation, nothing after it
         assert spark.read.format("delta").load(path).schema == SCHEMA
+
+
+def test_first_commit_of_finds_a_writers_first_commit_of_a_version_among_others(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """What a replayed batch looks for: the first commit its writer (`w`, or `w:...` for its
+    further commits) made for the batch, past other writers' commits; none before it ran."""
+    path = str(tmp_path / "t")
+    tables.create_table(spark, path, SCHEMA, {})  # version 0, no transaction
+    row = spark.createDataFrame([(1,)], SCHEMA)
+    for app_id, version in [("w", 0), ("other", 5), ("w:truncate1", 1), ("w", 1), ("w2", 2)]:
+        tables.append_once(row, path, app_id, version)  # versions 1 to 5
+    found = {
+        (app_id, version): tables.first_commit_of(spark, path, app_id, version)
+        for app_id, version in [("w", 0), ("w", 1), ("w", 2), ("other", 5), ("x", 0)]
+    }
+    assert found == {
+        ("w", 0): 1,
+        ("w", 1): 3,
+        ("w", 2): None,  # `w2` is another writer
+        ("other", 5): 2,
+        ("x", 0): None,
+    }

@@ -43,6 +43,14 @@ def with_silver(settings: Settings, source: str, **fields: Any) -> tuple[str, Se
     return name, replace(settings, silver={**settings.silver, name: table})
 
 
+def change(op: str, lsn: int, before: object = None, after: object = None) -> bytes:
+    """A Debezium envelope (schemas off) of a change to table `t` at position `lsn`."""
+    source = {"lsn": lsn, "ts_ms": 1_700_000_000_000 + lsn, "schema": "public", "table": "t"}
+    return json.dumps(
+        {"before": before, "after": after, "source": source, "op": op, "ts_ms": 1}
+    ).encode()
+
+
 def events_pipeline(
     spark: SparkSession, settings: Settings, events: list[object], **silver: Any
 ) -> tuple[str, str, str, Settings]:

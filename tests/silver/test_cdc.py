@@ -17,6 +17,7 @@ from lakehouse.core.settings import Settings
 from lakehouse.silver.replay import replay_quarantine
 from tests.bronze.helpers import new_source, run_ingest
 from tests.silver.helpers import (
+    change,
     current,
     quarantine,
     rule,
@@ -26,13 +27,6 @@ from tests.silver.helpers import (
 )
 
 SCHEMA = "id INT, name STRING"
-
-
-def change(op: str, lsn: int, before: object = None, after: object = None) -> bytes:
-    source = {"lsn": lsn, "ts_ms": 1_700_000_000_000 + lsn, "schema": "public", "table": "t"}
-    return json.dumps(
-        {"before": before, "after": after, "source": source, "op": op, "ts_ms": 1}
-    ).encode()
 
 
 def send(settings: Settings, topic: str, values: list[bytes]) -> None:

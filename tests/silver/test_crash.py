@@ -10,18 +10,21 @@ import random
 import shutil
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 from chispa import assert_df_equality
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 
-from lakehouse.core import tables
+from lakehouse.core import kafka, tables
 from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings, load_settings, project_root
 from tests.bronze.helpers import new_source, newest_version, run_ingest, run_job, start_job
 from tests.silver.helpers import (
     ORDER_SCHEMA,
+    change,
+    current,
     metrics,
     produce,
     quarantine,
@@ -69,14 +72,21 @@ def events(seed: int) -> list[object]:
     return out
 
 
-def conf_dir(tmp_path: Path, source: str, topic: str, names: tuple[str, ...]) -> Path:
+def conf_dir(
+    tmp_path: Path,
+    source: str,
+    topic: str,
+    names: tuple[str, ...],
+    kind: str = "events",
+    table: Mapping[str, object] | None = None,
+) -> Path:
     """A copy of conf/ whose test overlay declares this test's source and silver table, for
     the job subprocess (expectations are lists, which environment variables cannot carry)."""
     conf = tmp_path / "conf"
     shutil.copytree(project_root() / "conf", conf, ignore=shutil.ignore_patterns("local"))
     overlay = {
-        "sources": {source: {"kind": "events", "topics": [topic]}},
-        "silver": {name: {"source": source, **TABLE} for name in names},
+        "sources": {source: {"kind": kind, "topics": [topic]}},
+        "silver": {name: {"source": source, **(table or TABLE)} for name in names},
     }
     (conf / "test" / "crash.yml").write_text(yaml.safe_dump(overlay))
     return conf
@@ -160,3 +170,59 @@ def test_sigkill_refine_mid_batch_ends_as_uninterrupted(
     ):
         assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
     assert committed_batches(spark, settings, crashed) == FILES
+
+
+def test_a_cdc_batch_replayed_after_its_silver_commit_resolves_as_it_did_the_first_time(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    """A batch whose unchanged-TOAST placeholder takes silver's value and whose tombstone
+    deletes silver's row, killed after its silver commit: the rerun resolved both against
+    silver holding the batch's own MERGE (the placeholder found no older value and was
+    quarantined; the tombstone found the row deleted and changed nothing), so its quarantine
+    and metrics differed from one uninterrupted run. They are equal."""
+    source, topic, settings = new_source(kafka_up, kind="cdc")
+    reference, crashed = "ref_" + source, "crash_" + source
+    table = {"mode": "scd1", "schema": "id INT, body STRING, n INT", "keys": ["id"]}
+    conf = conf_dir(tmp_path, source, topic, (reference, crashed), "cdc", table)
+    settings = load_settings(
+        "test", conf_dir=conf, overrides={"storage.root": settings.storage.root}
+    )
+
+    def send(records: list[tuple[int, bytes | None]]) -> None:
+        kafka.produce(
+            settings.kafka, topic, [(f'{{"id": {k}}}'.encode(), v, 0) for k, v in records]
+        )
+        run_ingest(spark, settings, source, kind="cdc")
+
+    send(
+        [
+            (1, change("c", 100, after={"id": 1, "body": "long text", "n": 1})),
+            (2, change("c", 110, after={"id": 2, "body": "other", "n": 1})),
+        ]
+    )
+    for name in (reference, crashed):
+        run_refine(spark, settings, name)
+    send(
+        [
+            (1, change("u", 120, after={"id": 1, "body": "__debezium_unavailable_value", "n": 2})),
+            (2, None),  # a tombstone alone: the delete of id 2
+        ]
+    )
+    run_refine(spark, settings, reference)
+    env = {
+        **os.environ,
+        "LAKEHOUSE__STORAGE__ROOT": settings.storage.root,
+        "LAKEHOUSE_CONF_DIR": str(conf),
+        FAULT_ENV: "after_silver_commit",
+    }
+    died = run_job("refine_silver", ["--table", crashed], env)
+    assert died.returncode == -signal.SIGKILL, died.stderr[-3000:]
+    run_refine(spark, settings, crashed)
+
+    assert current(spark, settings, crashed).select("id", "body", "n").collect() == [
+        Row(id=1, body="long text", n=2)
+    ]
+    for expected, actual in zip(
+        comparable(spark, settings, reference), comparable(spark, settings, crashed), strict=True
+    ):
+        assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)

@@ -18,6 +18,7 @@ from lakehouse.core import kafka, tables
 from lakehouse.core.settings import Settings, SettingsError
 from tests.bronze.helpers import new_source, run_ingest
 from tests.silver.helpers import (
+    change,
     current,
     events_pipeline,
     produce,
@@ -94,11 +95,6 @@ def test_an_upsert_keyed_ordered_and_exploded_by_dotted_names_keeps_the_newest_p
     assert_df_equality(actual, expected, ignore_nullable=True)
     refused = quarantine(spark, settings, name).select("offset", "failed_rules")
     assert [tuple(r) for r in refused.collect()] == [(4, ["has_id"])]
-
-
-def change(op: str, lsn: int, before: object = None, after: object = None) -> bytes:
-    source = {"lsn": lsn, "ts_ms": 1_700_000_000_000 + lsn, "schema": "public", "table": "t"}
-    return json.dumps({"before": before, "after": after, "source": source, "op": op}).encode()
 
 
 def test_a_cdc_table_keyed_by_a_dotted_name_resolves_toast_and_tombstones_by_that_column(
