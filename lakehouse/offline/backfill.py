@@ -178,7 +178,8 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
     faults.point("after_offline_commit")
     report.offline_version_after = tables.latest_version(spark, off_path)
     if report.boundary_after != report.boundary_before and report.boundary_after is not None:
-        boundary.move(
+        # A move may have advanced the boundary past the window since this run read it.
+        report.boundary_after = boundary.move(
             spark,
             settings,
             options.table,
@@ -188,7 +189,7 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
             report.offline_version_after,
             options.reason or "backfill",
             txn=(app_id, seq),
-        )
+        ).boundary
     report.status = "applied"
     _record(spark, settings, options, report, seq, spec)
     return report

@@ -163,14 +163,19 @@ def move(
     offline_version: int,
     reason: str = "",
     txn: tuple[str, int] | None = None,
+    forward_only: bool = True,
 ) -> Boundary:
     """Record the boundary of `table` at `to` (its offline data for everything before `to` is
     committed at `offline_version`). `txn` (app id, version) makes a replay after a crash a
-    no-op: the earlier attempt's row stands."""
+    no-op: the earlier attempt's row stands. A job's boundary only moves forward
+    (`forward_only`): when another writer has taken it to `to` or past it since the job read
+    it, the boundary stays and is returned; only a hand may set it back."""
     location = path(settings)
     tables.create_table(spark, location, schema(), {"delta.appendOnly": "true"})
     for _attempt in range(_RETRIES):
         before = current(spark, settings, table)
+        if forward_only and before is not None and before.boundary >= to:
+            return before
         row = Boundary(
             table=table,
             seq=(before.seq + 1) if before else 1,
@@ -229,7 +234,17 @@ def set_by_hand(
     reached = history(spark, settings, table).agg({"boundary": "max"}).collect()[0][0]
     check_settable(to, spec.bucket_seconds, reached, table)
     version = tables.latest_version(spark, off_path)
-    return move(spark, settings, table, to, "lakehouse boundary", "by-hand", version, reason)
+    return move(
+        spark,
+        settings,
+        table,
+        to,
+        "lakehouse boundary",
+        "by-hand",
+        version,
+        reason,
+        forward_only=False,
+    )
 
 
 def check_settable(to: datetime, bucket: int, offline_end: datetime | None, table: str) -> None:

@@ -289,3 +289,37 @@ def test_a_backfill_stopped_before_its_commit_owns_nothing_and_one_stopped_after
     assert result.plan is not None
     assert result.plan.ignored == {WINDOW[0].isoformat(): 1}
     check(spark, settings, offline, expected(orders))
+
+
+def test_a_move_that_advances_the_boundary_while_a_backfill_runs_is_never_moved_back(
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill read no boundary at its start; a whole move commits (boundary 08:00)
+    before the backfill's own write. The backfill's window ends at 04:00: setting the
+    boundary there would take it back over four moved hours (the fault test caught this)."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    moves: list[object] = []
+    real = store.replace_where
+
+    def moved_first(rows: DataFrame, path: str, where: str, app_id: str, *more: Any) -> None:
+        if app_id.startswith("backfill") and not moves:
+            moves.append(realtime_to_offline(spark, settings, MoveOptions(offline, NOW)))
+        real(rows, path, where, app_id, *more)
+
+    monkeypatch.setattr(store, "replace_where", moved_first)
+
+    report = start_backfill(spark, settings, offline, tmp_path)()
+
+    assert len(moves) == 1
+    assert (report.status, report.boundary_before, report.boundary_after) == (
+        "applied",
+        None,
+        T0 + 8 * H,
+    )
+    history = boundary.history(spark, settings, offline).orderBy("seq").collect()
+    assert [(r["seq"], r["boundary"], r["job"]) for r in history] == [
+        (1, T0 + 8 * H, "realtime_to_offline")
+    ]
+    check(spark, settings, offline, expected(orders))
