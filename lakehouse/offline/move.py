@@ -77,10 +77,20 @@ def run(spark: SparkSession, settings: Settings, options: MoveOptions) -> None:
         raise SettingsError(f"--interval: {exc}") from None
     check_trigger(options.trigger)
     repeat(
-        lambda: print(describe(realtime_to_offline(spark, settings, options)), flush=True),
+        lambda: [print(describe(r), flush=True) for r in move_all(spark, settings, options)],
         options.trigger,
         seconds,
     )
+
+
+def move_all(spark: SparkSession, settings: Settings, options: MoveOptions) -> list[MoveResult]:
+    """A run's moves: a move a crash left unfinished is finished first (at the realtime version
+    its plan fixed), then what closed or changed since moves too, so one available-now run
+    leaves nothing closed behind."""
+    results = [realtime_to_offline(spark, settings, options)]
+    if results[0].resumed:
+        results.append(realtime_to_offline(spark, settings, options))
+    return results
 
 
 @dataclass

@@ -43,7 +43,7 @@ from lakehouse.offline import hybrid
 from lakehouse.offline.backfill import BackfillOptions
 from lakehouse.offline.backfill import backfill as backfill_job
 from lakehouse.offline.buckets import EPOCH
-from lakehouse.offline.move import MoveOptions, realtime_to_offline
+from lakehouse.offline.move import MoveOptions, move_all
 from lakehouse.silver.refine import RefineOptions, refine
 from lakehouse.silver.scd2 import history_rows
 from lakehouse.status import bronze_summary, gold_summary, silver_summary
@@ -273,7 +273,7 @@ def drain(
     ingest(spark, settings, IngestOptions(names.orders), "events")
     for table in (names.orders, names.customers, names.history):
         refine(spark, settings, RefineOptions(table))
-    realtime_to_offline(spark, settings, MoveOptions(names.offline))
+    move_all(spark, settings, MoveOptions(names.offline))  # as the job: a crashed move too
     build_gold(spark, settings, GoldOptions(names.gold))
 
 
