@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from lakehouse.core.settings import Settings, project_root
+from tests.bronze.helpers import short_lived
 
 
 def conf_overlay(
@@ -65,7 +66,7 @@ def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
     command = str(Path(sys.executable).parent / "lakehouse")
     return subprocess.run(
         [command, "--env", "test", *args],
-        env=env,
+        env=short_lived(env),
         capture_output=True,
         text=True,
         timeout=300,

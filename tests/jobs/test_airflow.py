@@ -14,10 +14,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sqlite3
 import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -33,6 +35,7 @@ from lakehouse.devstack import cluster
 from lakehouse.gold.build import gold_path
 from lakehouse.offline import boundary, store
 from lakehouse.silver.plan import silver_path
+from tests.bronze.helpers import SHORT_JVM_OPTIONS, short_lived
 from tests.jobs.helpers import conf_overlay
 
 AIRFLOW = project_root() / ".lakehouse" / "airflow" / "venv" / "bin" / "airflow"
@@ -121,13 +124,6 @@ def airflow(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
     )
 
 
-def listed(done: subprocess.CompletedProcess[str]) -> list[dict[str, str]]:
-    """The JSON a listing command prints last (Airflow's warnings come before it)."""
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows: list[dict[str, str]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return rows
-
-
 def test_airflow_runs_the_pipeline_and_a_backfill_on_a_standalone_cluster(
     spark: SparkSession, kafka_up: Settings, spark_cluster: str, tmp_path: Path
 ) -> None:
@@ -145,6 +141,9 @@ def test_airflow_runs_the_pipeline_and_a_backfill_on_a_standalone_cluster(
                 "customers": {"topics": [customers], "connector": {"topic_prefix": prefix}},
             },
             "silver": {"orders": {"schema_drift": "evolve"}},
+            # The executors of these short applications JIT with C1 alone, as their drivers
+            # do (tests/bronze/helpers.py, short_lived).
+            "spark": {"conf": {"spark.executor.extraJavaOptions": SHORT_JVM_OPTIONS}},
         },
         devstack=False,
         # Two applications fewer (~90 s each): an ingest of an empty topic and an SCD2 refine
@@ -160,25 +159,27 @@ def test_airflow_runs_the_pipeline_and_a_backfill_on_a_standalone_cluster(
     fix = tmp_path / "fix.jsonl"
     fix.write_text(json.dumps(FIX) + "\n")
     host, port = spark_cluster.rsplit(":", 1)
-    env = {
-        **{
-            k: v
-            for k, v in os.environ.items()
-            # Nor does the driver name a Python for the executors: they use their own python3.
-            if not k.startswith("AIRFLOW")
-            and k not in {"POSTGRES_PASSWORD", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"}
-        },
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW_CONN_SPARK_LAKEHOUSE": json.dumps(
-            {"conn_type": "spark", "host": host, "port": int(port)}
-        ),
-        "LAKEHOUSE_ENV": "test",
-        "LAKEHOUSE_CONF_DIR": str(conf),
-        "LAKEHOUSE__STORAGE__ROOT": str(lake),
-        "LAKEHOUSE_TASK_RETRIES": "0",
-    }
+    env = short_lived(
+        {
+            **{
+                k: v
+                for k, v in os.environ.items()
+                # Nor does the driver name a Python for the executors: they use their own python3.
+                if not k.startswith("AIRFLOW")
+                and k not in {"POSTGRES_PASSWORD", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"}
+            },
+            "AIRFLOW_HOME": str(tmp_path / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW_CONN_SPARK_LAKEHOUSE": json.dumps(
+                {"conn_type": "spark", "host": host, "port": int(port)}
+            ),
+            "LAKEHOUSE_ENV": "test",
+            "LAKEHOUSE_CONF_DIR": str(conf),
+            "LAKEHOUSE__STORAGE__ROOT": str(lake),
+            "LAKEHOUSE_TASK_RETRIES": "0",
+        }
+    )
     params = {
         "table": "orders_offline",
         "start": "2026-01-05T10:00Z",
@@ -200,13 +201,23 @@ def test_airflow_runs_the_pipeline_and_a_backfill_on_a_standalone_cluster(
     # Every job ran on the cluster (a local master would never reach it), the backfill last.
     assert Counter(pipeline_apps) == Counter(f"lakehouse-{app}" for app in APPS[:-1])
     assert finished_apps()[len(pipeline_apps) :] == ["lakehouse-backfill"]
-    for dag in ("lakehouse_backfill", "lakehouse_pipeline"):
-        (run,) = listed(airflow(["dags", "list-runs", dag, "-o", "json"], env))
-        assert run["state"] == "success", dag
-    states = airflow(
-        ["tasks", "states-for-dag-run", "lakehouse_pipeline", run["run_id"], "-o", "json"], env
-    )
-    tasks = listed(states)
+    # The runs and task instances as Airflow recorded them (its SQLite database: three more
+    # `airflow` CLIs would each import Airflow again).
+    with closing(sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db")) as db:
+        runs = db.execute("SELECT dag_id, run_id, state FROM dag_run").fetchall()
+        assert sorted((dag, state) for dag, _, state in runs) == [
+            ("lakehouse_backfill", "success"),
+            ("lakehouse_pipeline", "success"),
+        ]
+        (run_id,) = [run for dag, run, _ in runs if dag == "lakehouse_pipeline"]
+        columns = ("task_id", "state", "start_date", "end_date")
+        tasks = [
+            dict(zip(columns, row, strict=True))
+            for row in db.execute(
+                f"SELECT {', '.join(columns)} FROM task_instance WHERE dag_id = ? AND run_id = ?",
+                ("lakehouse_pipeline", run_id),
+            )
+        ]
     assert sorted((t["task_id"], t["state"]) for t in tasks) == [
         (t, "success") for t in sorted(TASKS)
     ]

@@ -32,7 +32,7 @@ from tests.silver.helpers import (
     silver_table,
 )
 
-FILES = 10
+FILES = 6
 PER_FILE = 40
 
 TABLE = {
