@@ -352,7 +352,7 @@ def _at(iso: str) -> datetime:
 
 
 def describe(result: MoveResult) -> str:
-    """The one line the job prints."""
+    """The line the job prints for a move (two after a crash: the resumed move, then the new)."""
     if result.plan is None:
         return f"offline.{result.table}: nothing to move (boundary {_show(result.boundary_after)})"
     moved = sum(result.rows.values())
