@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -25,7 +26,7 @@ from lakehouse.core.specs import OfflineTableSettings, SilverTableSettings
 from lakehouse.offline import boundary, hybrid, store
 from lakehouse.offline.backfill import BackfillOptions, backfill
 from lakehouse.offline.move import MoveOptions, realtime_to_offline
-from tests.bronze.helpers import new_source, run_ingest, start_job
+from tests.bronze.helpers import new_source, newest_version, run_ingest, start_job
 from tests.offline.helpers import T0, ms
 from tests.silver.helpers import produce, run_refine
 
@@ -90,11 +91,27 @@ def model(
     return sorted(rows)
 
 
-def wait_for_rows(spark: SparkSession, path: str, rows: int) -> None:
-    deadline = time.monotonic() + 180
-    while spark.read.format("delta").load(path).count() < rows:
-        assert time.monotonic() < deadline, f"refine_silver did not reach {rows} rows"
+def wait_for_rows(
+    spark: SparkSession, path: str, rows: int, jobs: dict[Path, subprocess.Popen[bytes]]
+) -> None:
+    """Until the realtime table holds `rows`; fails at once when a job exits, and with each
+    job's log tail either way. The count runs only after a new commit, so the wait takes no
+    CPU from the jobs it waits for (a stack-group neighbour already shares the two cores)."""
+    deadline = time.monotonic() + 300
+    counted = -2  # the table's commit the last count saw
+    while all(job.poll() is None for job in jobs.values()):
+        if (newest := newest_version(spark, path)) != counted:
+            counted = newest
+            if newest >= 0 and spark.read.format("delta").load(path).count() >= rows:
+                return
+        if time.monotonic() > deadline:
+            break
         time.sleep(1)
+    tails = "\n".join(
+        f"--- {log.name} (exit {job.poll()}):\n{log.read_text(errors='replace')[-2000:]}"
+        for log, job in jobs.items()
+    )
+    raise AssertionError(f"the realtime table did not reach {rows} rows\n{tails}")
 
 
 def test_readers_see_no_gap_and_no_duplicate_while_three_writers_commit(
@@ -144,20 +161,19 @@ def test_readers_see_no_gap_and_no_duplicate_while_three_writers_commit(
         "LAKEHOUSE__STORAGE__ROOT": settings.storage.root,
         "LAKEHOUSE_CONF_DIR": str(conf),
     }
-    jobs = [
-        start_job(
-            "ingest_events",
-            ["--source", source, "--trigger", "continuous"],
-            env,
-            tmp_path / "ingest.log",
+    logs = (tmp_path / "ingest.log", tmp_path / "refine.log")
+    running = {
+        logs[0]: start_job(
+            "ingest_events", ["--source", source, "--trigger", "continuous"], env, logs[0]
         ),
-        start_job(
+        logs[1]: start_job(
             "refine_silver",
             ["--table", realtime, "--trigger", "continuous", "--trigger-interval", "1 second"],
             env,
-            tmp_path / "refine.log",
+            logs[1],
         ),
-    ]
+    }
+    jobs = list(running.values())
     window = (T0, T0 + 2 * H)
     corrected = {
         i: (i, 0, "refunded", Decimal("1.00"), ms(T0 + timedelta(minutes=5 * (i - 200) + 1)))
@@ -202,7 +218,7 @@ def test_readers_see_no_gap_and_no_duplicate_while_three_writers_commit(
             if round_ == 0:
                 # The writers must be live before the moves and the backfill below: their JVMs
                 # take 10-40 s to start on a loaded 2-core machine.
-                wait_for_rows(spark, store.realtime_path(settings, offline_spec), 80)
+                wait_for_rows(spark, store.realtime_path(settings, offline_spec), 80, running)
             if round_ == 1:
                 realtime_to_offline(
                     spark, settings, MoveOptions(offline, T0 + 6 * H + timedelta(minutes=1))
