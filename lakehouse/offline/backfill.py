@@ -30,7 +30,7 @@ from lakehouse.core import faults, tables
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 from lakehouse.core.specs import OfflineTableSettings
-from lakehouse.offline import audit, backfill_input, boundary, buckets, guard, store
+from lakehouse.offline import audit, backfill_input, boundary, buckets, guard, move, store
 from lakehouse.offline.backfill_input import BackfillRefused, Check
 from lakehouse.offline.store import BUCKET
 
@@ -70,6 +70,8 @@ class BackfillReport:
     content_hash: str = ""
     buckets: dict[datetime, BucketDiff] = field(default_factory=dict)
     hole: list[datetime] = field(default_factory=list)  # buckets moved from realtime with it
+    # Of those, the buckets a move committed while this ran: they keep the move's newer rows.
+    kept_moved: list[datetime] = field(default_factory=list)
     rule_failures: dict[str, int] = field(default_factory=dict)
     boundary_before: datetime | None = None
     boundary_after: datetime | None = None
@@ -95,6 +97,11 @@ class BackfillReport:
             lines.append(
                 f"  {len(self.hole)} bucket(s) between the boundary and the window move from "
                 "the realtime table in the same commit"
+            )
+        if self.kept_moved:
+            lines.append(
+                f"  {len(self.kept_moved)} of them a move committed meanwhile, from a newer "
+                "realtime version: they keep the move's rows, put back in one more commit"
             )
         if any(self.rule_failures.values()):
             lines.append(f"  expectation failures (warn/drop): {self.rule_failures}")
@@ -175,6 +182,17 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
     window = (options.start, options.end)
     audit.announce_backfill(spark, settings, options.table, (app_id, seq), window, version)
     store.replace_where(new_rows.select(*[f"`{c}`" for c in columns]), off_path, where, app_id, seq)
+    report.kept_moved = sorted(
+        guard.restore_moves(
+            spark,
+            off_path,
+            report.offline_version_before,
+            (app_id, seq),
+            move.app_id(options.table),
+            move.plan_replaces(spark, settings, options.table),
+            report.hole,
+        )
+    )
     faults.point("after_offline_commit")
     report.offline_version_after = tables.latest_version(spark, off_path)
     if report.boundary_after != report.boundary_before and report.boundary_after is not None:

@@ -138,3 +138,35 @@ def restore_backfills(
         # now, whose rows must win; the move fails and its resume decides again.
         store.replace_where(rows.where(where), path, where, f"{txn[0]}:restore", txn[1], False)
     return hit
+
+
+def restore_moves(
+    spark: SparkSession,
+    path: str,
+    since: int,
+    txn: Txn,
+    move_app: str,
+    replaced: Callable[[int, datetime], bool],
+    gap: list[datetime],
+) -> set[datetime]:
+    """After the commit of backfill `txn`, which also wrote the `gap` buckets (between the
+    boundary and its window) from the realtime version it read while the offline table was at
+    `since`: a move (`move_app`) that committed in between wrote those buckets from a newer
+    realtime version, and the next move reads changes only since that one, so the backfill's
+    older copy would stay. Such buckets are put back as the move left them (from the version
+    just before `txn`), in one commit, unless a later move replaced them again.
+    `replaced(n, bucket)`: whether move plan n replaces the bucket. Returns those buckets."""
+    commits = commits_since(spark, path, since)
+    mine = commits.get(txn)
+    if mine is None or not gap:
+        return set()
+    moves = [(n, v) for (app, n), v in commits.items() if app == move_app]
+    hit = {b for b in gap for n, v in moves if v < mine and replaced(n, b)}
+    hit -= {b for b in hit for n, v in moves if v > mine and replaced(n, b)}
+    if hit:
+        rows = spark.read.format("delta").option("versionAsOf", mine - 1).load(path)
+        where = store.bucket_predicate_sql(sorted(hit))
+        # No retry on a conflict: that is a move writing these buckets right now, and its
+        # rows are newer still.
+        store.replace_where(rows.where(where), path, where, f"{txn[0]}:restore", txn[1], False)
+    return hit

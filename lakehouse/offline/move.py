@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import partial
@@ -186,9 +187,37 @@ def _progress(
     done = next((e for e in reversed(events) if e["event"] == audit.MOVED), None)
     planned = next((e for e in reversed(events) if e["event"] == audit.MOVE_PLANNED), None)
     if planned is not None and (done is None or planned["n"] > done["n"]):
-        fields = {k: planned[k] for k in Plan.__dataclass_fields__ if k in planned}
-        return Plan(**fields), done
+        return _plan_of(planned), done
     return None, done
+
+
+def _plan_of(event: dict[str, Any]) -> Plan:
+    """A recorded plan (older records lack the newer fields)."""
+    return Plan(**{k: event[k] for k in Plan.__dataclass_fields__ if k in event})
+
+
+def app_id(table: str) -> str:
+    """The Delta transaction app id of a move's offline commits (its version: the plan's n)."""
+    return f"{JOB}:{table}"
+
+
+def plan_replaces(
+    spark: SparkSession, settings: Settings, table: str
+) -> Callable[[int, datetime], bool]:
+    """`(n, bucket)` -> whether move plan n replaced the bucket; the plans are read on the
+    first call only (a backfill asks only when a move committed while it ran)."""
+    plans: dict[int, Plan] = {}
+
+    def replaces(n: int, bucket: datetime) -> bool:
+        if not plans:
+            events = audit.move_events(spark, settings, table)
+            plans.update(
+                {int(e["n"]): _plan_of(e) for e in events if e["event"] == audit.MOVE_PLANNED}
+            )
+        plan = plans.get(n)
+        return plan is not None and plan.replaces(bucket, {_at(b) for b in plan.owned or []})
+
+    return replaces
 
 
 def _plan(
@@ -279,7 +308,7 @@ def _execute(
     from pyspark.sql import functions as F
 
     rt_path, off_path = store.realtime_path(settings, spec), store.offline_path(settings, table)
-    app_id = f"{JOB}:{table}"
+    txn = (app_id(table), plan.n)
     if plan.replaces_buckets:
         owned = (
             {_at(b) for b in plan.owned}
@@ -287,7 +316,6 @@ def _execute(
             else audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
         )
         announced = partial(audit.announced_backfills, spark, settings, table)
-        txn = (app_id, plan.n)
         # A backfill committed since the plan wins: the write leaves its window out. Only
         # while the write is to come: a resume after it cannot tell which backfills that look
         # saw, so the restore below puts back every backfill committed before the write (a
@@ -302,7 +330,7 @@ def _execute(
         rows = rows.select(*[f"`{c}`" for c in columns if c in rows.columns])
         counts = rows.groupBy(BUCKET).count().collect()
         result.rows = {r[BUCKET].isoformat(): int(r["count"]) for r in counts}
-        store.replace_where(rows, off_path, where, app_id, plan.n)
+        store.replace_where(rows, off_path, where, *txn)
         if plan.offline_version is not None:
             result.restored = guard.restore_backfills(
                 spark,
@@ -315,19 +343,18 @@ def _execute(
             )
     faults.point("after_offline_commit")
     end = _at(plan.range_end)
-    moved = boundary.current(spark, settings, table)
-    if moved is None or end > moved.boundary:
-        moved = boundary.move(
-            spark,
-            settings,
-            table,
-            end,
-            JOB,
-            f"move-{plan.n}",
-            tables.latest_version(spark, off_path),
-            reason="closed buckets moved",
-            txn=(app_id, plan.n),
-        )
+    # Forward only: a boundary already at `end` or past it (a resume, a backfill) is kept.
+    moved = boundary.move(
+        spark,
+        settings,
+        table,
+        end,
+        JOB,
+        f"move-{plan.n}",
+        tables.latest_version(spark, off_path),
+        reason="closed buckets moved",
+        txn=txn,
+    )
     faults.point("after_boundary_commit")
     result.boundary_after = moved.boundary
     audit.record_move(

@@ -323,3 +323,35 @@ def test_a_move_that_advances_the_boundary_while_a_backfill_runs_is_never_moved_
         (1, T0 + 8 * H, "realtime_to_offline")
     ]
     check(spark, settings, offline, expected(orders))
+
+
+def test_a_move_that_commits_the_gap_while_a_backfill_runs_keeps_its_newer_rows(
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill's window starts after the boundary (none yet), so its commit also moves the
+    gap [00:00, 02:00) from the realtime version it read. Before that commit, order 0 changes
+    and a whole move commits it (boundary 08:00). The backfill's older copy of the gap must not
+    replace the move's rows: the next move reads changes only since its own version, so a stale
+    row would stay in the view for good."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    changed = order(0, T0 + 0.75 * H, "99.00")
+    moves: list[object] = []
+    real = store.replace_where
+
+    def moved_first(rows: DataFrame, path: str, where: str, app_id: str, *more: Any) -> None:
+        if app_id.startswith("backfill") and not moves:
+            upsert(spark, settings, offline, [changed])
+            moves.append(realtime_to_offline(spark, settings, MoveOptions(offline, NOW)))
+        real(rows, path, where, app_id, *more)
+
+    monkeypatch.setattr(store, "replace_where", moved_first)
+
+    report = start_backfill(spark, settings, offline, tmp_path)()
+
+    assert (len(moves), report.status, report.hole) == (1, "applied", [T0])
+    check(spark, settings, offline, expected([changed, *orders[1:]]))
+    # And it stays so: the next move finds nothing changed since its own.
+    realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H))
+    check(spark, settings, offline, expected([changed, *orders[1:]]))
