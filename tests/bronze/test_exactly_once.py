@@ -24,6 +24,7 @@ from tests.bronze.helpers import (
     new_source,
     newest_version,
     run_ingest,
+    short_lived,
     start_job,
 )
 
@@ -83,7 +84,11 @@ def test_sigkill_mid_batch_loses_and_duplicates_nothing(
     progress: list[int] = []
     log = tmp_path / "ingest.log"
     for _kill in range(5):
-        job = start_job("ingest_events", ["--source", name, "--trigger", "continuous"], env, log)
+        # Five cold starts, each killed a few batches in: C1 alone starts a JVM sooner
+        # (`short_lived`); the JIT tier changes no result.
+        job = start_job(
+            "ingest_events", ["--source", name, "--trigger", "continuous"], short_lived(env), log
+        )
         # Let this run commit something (a cold JVM's first batch takes ~20 s here), then kill
         # it at a random moment among the batches that follow.
         wait_for_more(spark, settings, name, than=progress[-1] if progress else 0, job=job)
