@@ -98,9 +98,11 @@ def announce_backfill(
     txn: guard.Txn,
     window: tuple[datetime, datetime],
     offline_version: int,
+    gap: list[datetime],
 ) -> None:
-    """Before a backfill's commit: its window and its Delta transaction, so a move can tell
-    that the commit landed before its `backfill_log` row (written at the very end)."""
+    """Before a backfill's commit: its window, its gap and its Delta transaction, so a move can
+    tell that the commit landed before its `backfill_log` row (written at the very end), and
+    a rerun after a crash what the commit wrote."""
     record_move(
         spark,
         settings,
@@ -112,6 +114,7 @@ def announce_backfill(
             "window_from": window[0].isoformat(),
             "window_to": window[1].isoformat(),
             "offline_version": offline_version,
+            "gap": [b.isoformat() for b in gap],
         },
     )
 
@@ -124,6 +127,7 @@ def announced_backfills(
             (e["app_id"], int(e["seq"])),
             (datetime.fromisoformat(e["window_from"]), datetime.fromisoformat(e["window_to"])),
             int(e["offline_version"]),
+            tuple(datetime.fromisoformat(b) for b in e.get("gap") or ()),
         )
         for e in system.read_log(spark, settings, system.OFFLINE_LOG, table)
         if e["event"] == BACKFILL_ANNOUNCED

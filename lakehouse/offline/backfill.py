@@ -30,7 +30,7 @@ from lakehouse.core import faults, tables
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 from lakehouse.core.specs import OfflineTableSettings
-from lakehouse.offline import audit, backfill_input, boundary, buckets, guard, move, store
+from lakehouse.offline import audit, backfill_input, boundary, buckets, gap, guard, store
 from lakehouse.offline.backfill_input import BackfillRefused, Check
 from lakehouse.offline.store import BUCKET
 
@@ -162,7 +162,9 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
     report.offline_version_before = tables.latest_version(spark, off_path)
     owned = audit.owned_buckets(spark, settings, options.table, spec.bucket_seconds)
     hole_start = before.boundary if before else None
-    new_rows, report.hole = _with_hole(spark, rt_path, spec, rows, hole_start, options, owned)
+    new_rows, report.hole = gap.with_gap(
+        spark, rt_path, spec, rows, hole_start, options.start, owned
+    )
     where = _predicate(options, report.hole)
     offline = spark.read.format("delta").load(off_path).where(where)
     report.buckets = _diff(offline, new_rows, options, report.hole, spec)
@@ -178,21 +180,11 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
         return report
     app_id = f"{guard.BACKFILL_APP}{options.table}:{digest[:16]}"
     columns = spark.read.format("delta").load(off_path).columns
-    version = tables.latest_version(spark, off_path)
-    window = (options.start, options.end)
-    audit.announce_backfill(spark, settings, options.table, (app_id, seq), window, version)
-    store.replace_where(new_rows.select(*[f"`{c}`" for c in columns]), off_path, where, app_id, seq)
-    report.kept_moved = sorted(
-        guard.restore_moves(
-            spark,
-            off_path,
-            report.offline_version_before,
-            (app_id, seq),
-            move.app_id(options.table),
-            move.plan_replaces(spark, settings, options.table),
-            report.hole,
-        )
-    )
+    window, txn = (options.start, options.end), (app_id, seq)
+    since = report.offline_version_before  # read before the gap's realtime rows
+    audit.announce_backfill(spark, settings, options.table, txn, window, since, report.hole)
+    store.replace_where(new_rows.select(*[f"`{c}`" for c in columns]), off_path, where, *txn)
+    report.kept_moved = gap.keep_moved(spark, settings, options.table, txn, since, report.hole)
     faults.point("after_offline_commit")
     report.offline_version_after = tables.latest_version(spark, off_path)
     if report.boundary_after != report.boundary_before and report.boundary_after is not None:
@@ -206,7 +198,7 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
             f"backfill-{seq}",
             report.offline_version_after,
             options.reason or "backfill",
-            txn=(app_id, seq),
+            txn=txn,
         ).boundary
     report.status = "applied"
     _record(spark, settings, options, report, seq, spec)
@@ -263,31 +255,6 @@ def _checked_input(
     kept = kept.persist()
     digest = backfill_input.content_hash(kept, schema.fieldNames())
     return kept, digest, failures
-
-
-def _with_hole(
-    spark: SparkSession,
-    rt_path: str,
-    spec: OfflineTableSettings,
-    rows: DataFrame,
-    boundary_at: datetime | None,
-    options: BackfillOptions,
-    owned: set[datetime],
-) -> tuple[DataFrame, list[datetime]]:
-    """The rows to write: the input, plus the realtime rows of the buckets between the
-    boundary and the window's start when the window starts after the boundary."""
-    from pyspark.sql import functions as F
-
-    if boundary_at is not None and options.start <= boundary_at:
-        return rows, []
-    version = tables.latest_version(spark, rt_path)
-    realtime = store.realtime_rows(spark, rt_path, version, spec)
-    below = F.col(BUCKET) < F.lit(options.start)
-    if boundary_at is not None:
-        below = below & (F.col(BUCKET) >= F.lit(boundary_at))
-    hole = realtime.where(below & ~store.in_buckets(sorted(owned)))
-    starts = sorted(r[BUCKET] for r in hole.select(BUCKET).distinct().collect())
-    return rows.unionByName(hole.select(*rows.columns)), starts
 
 
 def _predicate(options: BackfillOptions, hole: list[datetime]) -> str:

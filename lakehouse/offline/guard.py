@@ -44,7 +44,10 @@ class Announced:
 
     txn: Txn
     window: tuple[datetime, datetime]
-    offline_version: int  # the offline table's version when announced: the commit is later
+    # A version of the offline table before the commit: the one the backfill read at its
+    # start, before the realtime rows of its gap.
+    offline_version: int
+    gap: tuple[datetime, ...] = ()  # the buckets between the boundary and the window
 
 
 def txn_commits(spark: SparkSession, path: str, since: int, until: int) -> dict[Txn, int]:

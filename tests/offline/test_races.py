@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.core import faults, tables
 from lakehouse.core.settings import Settings
-from lakehouse.offline import audit, boundary, hybrid, store
+from lakehouse.offline import audit, boundary, gap, hybrid, store
 from lakehouse.offline import backfill as backfill_module
 from lakehouse.offline import move as move_module
 from lakehouse.offline.backfill import BackfillOptions, backfill
@@ -325,14 +325,20 @@ def test_a_move_that_advances_the_boundary_while_a_backfill_runs_is_never_moved_
     check(spark, settings, offline, expected(orders))
 
 
+@pytest.mark.parametrize("killed", [False, True], ids=["whole", "killed_after_its_commit"])
 def test_a_move_that_commits_the_gap_while_a_backfill_runs_keeps_its_newer_rows(
-    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    killed: bool,
 ) -> None:
     """The backfill's window starts after the boundary (none yet), so its commit also moves the
     gap [00:00, 02:00) from the realtime version it read. Before that commit, order 0 changes
     and a whole move commits it (boundary 08:00). The backfill's older copy of the gap must not
     replace the move's rows: the next move reads changes only since its own version, so a stale
-    row would stay in the view for good."""
+    row would stay in the view for good. Killed right after its commit, the backfill's rerun
+    (whose write Delta skips as done) still puts the move's rows back."""
     offline, settings = offline_setup(spark, settings)
     orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
     upsert(spark, settings, offline, orders)
@@ -347,10 +353,19 @@ def test_a_move_that_commits_the_gap_while_a_backfill_runs_keeps_its_newer_rows(
         real(rows, path, where, app_id, *more)
 
     monkeypatch.setattr(store, "replace_where", moved_first)
+    run_backfill = start_backfill(spark, settings, offline, tmp_path)
+    if killed:
+        with monkeypatch.context() as patch:
+            patch.setattr(gap, "keep_moved", kill)
+            with pytest.raises(Killed):
+                run_backfill()
 
-    report = start_backfill(spark, settings, offline, tmp_path)()
+    report = run_backfill()
 
-    assert (len(moves), report.status, report.hole) == (1, "applied", [T0])
+    assert (len(moves), report.status) == (1, "applied")
+    # The rerun found the boundary at 08:00 (no gap of its own) and its commit already done.
+    gap_then_kept = ([], [T0]) if killed else ([T0], [T0])
+    assert (report.hole, report.kept_moved) == gap_then_kept
     check(spark, settings, offline, expected([changed, *orders[1:]]))
     # And it stays so: the next move finds nothing changed since its own.
     realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H))
