@@ -96,7 +96,7 @@ def _late_update(spark: SparkSession, settings: Settings, first_id: int, events:
     """A later version of an order of the moved [02:00, 04:00) bucket, through every job:
     ingest, refine, realtime_to_offline (it moves the bucket again), build_gold."""
     from lakehouse.bronze.ingest import IngestOptions, ingest
-    from lakehouse.offline.move import MoveOptions, describe, realtime_to_offline
+    from lakehouse.offline.move import MoveOptions, describe, move_all
     from lakehouse.silver.refine import RefineOptions, refine
 
     orders = sample_orders(events, first_id, START_MS, seed=first_id)
@@ -104,7 +104,8 @@ def _late_update(spark: SparkSession, settings: Settings, first_id: int, events:
     demo_gold.update_order(settings, order)
     ingest(spark, settings, IngestOptions("orders"), "events")
     refine(spark, settings, RefineOptions("orders"))
-    print(describe(realtime_to_offline(spark, settings, MoveOptions(demo_offline.TABLE))))
+    for moved in move_all(spark, settings, MoveOptions(demo_offline.TABLE)):
+        print(describe(moved))
     demo_gold.build(spark, settings, f"after a late update of order {order['order_id']}")
 
 

@@ -16,7 +16,7 @@ from lakehouse.core.settings import Settings, project_root
 from lakehouse.offline import boundary, hybrid, store
 from lakehouse.offline.backfill import BackfillOptions, backfill
 from lakehouse.offline.buckets import EPOCH, parse_instant
-from lakehouse.offline.move import MoveOptions, describe, realtime_to_offline
+from lakehouse.offline.move import MoveOptions, describe, move_all
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,7 +31,8 @@ def move(spark: SparkSession, settings: Settings, first_id: int) -> None:
     _banner(f"hybrid view silver.{spec.view} before realtime_to_offline")
     _show_view(spark, settings, first_id)
     _banner(f"realtime_to_offline --table {TABLE} (closed buckets by the clock)")
-    print(describe(realtime_to_offline(spark, settings, MoveOptions(TABLE))))
+    for moved in move_all(spark, settings, MoveOptions(TABLE)):
+        print(describe(moved))
     _show_view(spark, settings, first_id)
 
 

@@ -100,8 +100,8 @@ class BackfillReport:
             )
         if self.kept_moved:
             lines.append(
-                f"  {len(self.kept_moved)} of them a move committed meanwhile, from a newer "
-                "realtime version: they keep the move's rows, put back in one more commit"
+                f"  {len(self.kept_moved)} gap bucket(s) a move committed while this backfill "
+                "ran keep the move's newer rows, put back in one more commit"
             )
         if any(self.rule_failures.values()):
             lines.append(f"  expectation failures (warn/drop): {self.rule_failures}")

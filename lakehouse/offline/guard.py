@@ -14,6 +14,11 @@ announced with its window in `_system/offline_log` before the commit), and puts 
 buckets it overwrote back as they were just before its commit, in one more commit, before the
 boundary moves. A backfill that commits after the move simply wins (its commit is later).
 
+The other way round (`restore_moves`): a backfill whose window starts after the boundary also
+writes the buckets in between, from the realtime version it read at its start; the gap buckets
+a move committed meanwhile are put back as the move left them, right after the backfill's
+commit (`offline/gap.py`).
+
 The commits are read from the offline table's log files directly (`_delta_log/<v>.json`: its
 `txn` actions), a few small files per move, no Spark job.
 """
@@ -159,17 +164,27 @@ def restore_moves(
     older copy would stay. Such buckets are put back as the move left them (from the version
     just before `txn`), in one commit, unless a later move replaced them again.
     `replaced(n, bucket)`: whether move plan n replaces the bucket. Returns those buckets."""
-    commits = commits_since(spark, path, since)
-    mine = commits.get(txn)
-    if mine is None or not gap:
-        return set()
-    moves = [(n, v) for (app, n), v in commits.items() if app == move_app]
-    hit = {b for b in gap for n, v in moves if v < mine and replaced(n, b)}
-    hit -= {b for b in hit for n, v in moves if v > mine and replaced(n, b)}
-    if hit:
+    for attempt in range(1, _RESTORE_ATTEMPTS + 1):
+        commits = commits_since(spark, path, since)
+        mine = commits.get(txn)
+        if mine is None or not gap:
+            return set()
+        moves = [(n, v) for (app, n), v in commits.items() if app == move_app]
+        hit = {b for b in gap for n, v in moves if v < mine and replaced(n, b)}
+        hit -= {b for b in hit for n, v in moves if v > mine and replaced(n, b)}
+        if not hit:
+            return hit
         rows = spark.read.format("delta").option("versionAsOf", mine - 1).load(path)
         where = store.bucket_predicate_sql(sorted(hit))
-        # No retry on a conflict: that is a move writing these buckets right now, and its
-        # rows are newer still.
-        store.replace_where(rows.where(where), path, where, f"{txn[0]}:restore", txn[1], False)
-    return hit
+        try:
+            store.replace_where(rows.where(where), path, where, f"{txn[0]}:restore", txn[1], False)
+            return hit
+        except Exception as exc:
+            # A move writing these buckets right now: its rows are newer still, so look
+            # again (it is a later move then) rather than retry the same rows over it.
+            if attempt == _RESTORE_ATTEMPTS or not tables.is_write_conflict(exc):
+                raise
+    return set()  # not reached: the last attempt returns or raises
+
+
+_RESTORE_ATTEMPTS = 3

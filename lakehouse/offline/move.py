@@ -77,11 +77,12 @@ def run(spark: SparkSession, settings: Settings, options: MoveOptions) -> None:
     except ValueError as exc:
         raise SettingsError(f"--interval: {exc}") from None
     check_trigger(options.trigger)
-    repeat(
-        lambda: [print(describe(r), flush=True) for r in move_all(spark, settings, options)],
-        options.trigger,
-        seconds,
-    )
+
+    def one_run() -> None:
+        for moved in move_all(spark, settings, options):
+            print(describe(moved), flush=True)
+
+    repeat(one_run, options.trigger, seconds)
 
 
 def move_all(spark: SparkSession, settings: Settings, options: MoveOptions) -> list[MoveResult]:
@@ -207,13 +208,15 @@ def plan_replaces(
     """`(n, bucket)` -> whether move plan n replaced the bucket; the plans are read on the
     first call only (a backfill asks only when a move committed while it ran)."""
     plans: dict[int, Plan] = {}
+    loaded: list[bool] = []
 
     def replaces(n: int, bucket: datetime) -> bool:
-        if not plans:
+        if not loaded:
             events = audit.move_events(spark, settings, table)
             plans.update(
                 {int(e["n"]): _plan_of(e) for e in events if e["event"] == audit.MOVE_PLANNED}
             )
+            loaded.append(True)
         plan = plans.get(n)
         return plan is not None and plan.replaces(bucket, {_at(b) for b in plan.owned or []})
 
