@@ -226,7 +226,7 @@ def offline_summary(spark: SparkSession, settings: Settings) -> DataFrame:
     late realtime changes to backfilled buckets that were counted instead of applied."""
     from pyspark.sql import functions as F
 
-    from lakehouse.offline import audit, boundary, buckets, move, store
+    from lakehouse.offline import audit, boundary, buckets, store, waiting
 
     now = buckets.utc_now()
 
@@ -251,7 +251,7 @@ def offline_summary(spark: SparkSession, settings: Settings) -> DataFrame:
                 moved.boundary if moved else None,
                 *counts,
                 moves[-1]["at"] if moves else None,
-                *move.waiting(spark, settings, name, now),
+                *waiting.waiting(spark, settings, name, now),
                 sum(len(e.get("late", [])) for e in moves),
                 sum(sum(e.get("ignored", {}).values()) for e in moves),
                 audit.backfills(spark, settings, name).where("status = 'applied'").count(),

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import getpass
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import system, tables
@@ -135,7 +137,11 @@ def announced_backfills(
 
 
 def owned_buckets(
-    spark: SparkSession, settings: Settings, table: str, bucket: int
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    bucket: int,
+    announced: Callable[[], list[guard.Announced]] | None = None,
 ) -> set[datetime]:
     """The bucket starts inside the window of any backfill of `table` that committed: those
     recorded as applied, and those of the run under way (or killed) since the last record that
@@ -149,7 +155,8 @@ def owned_buckets(
     for row in windows.distinct().collect():
         owned.update(buckets.starts(row["window_from"], row["window_to"], bucket))
     last = recorded.agg({"seq": "max"}).collect()[0][0] or 0
-    pending = [a for a in announced_backfills(spark, settings, table) if a.txn[1] > last]
+    announced = announced or partial(announced_backfills, spark, settings, table)
+    pending = [a for a in announced() if a.txn[1] > last]
     path = store.offline_path(settings, table)
     for a in guard.committed(spark, path, pending, tables.latest_version(spark, path)):
         owned.update(buckets.starts(*a.window, bucket))

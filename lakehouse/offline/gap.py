@@ -2,11 +2,13 @@
 move from the realtime table in the backfill's own commit, so the view has no gap when the
 boundary moves to the window's end. They are read at the realtime version of the backfill's
 start; a move that commits them meanwhile wrote them from a newer one, and the next move reads
-changes only since that, so the backfill puts them back as the move left them (`keep_moved`)."""
+changes only since that, so the backfill puts them back as the move left them (`keep_moved`).
+Whatever still races with that, the next move moves the gap again (`guard.gaps_committed`)."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from lakehouse.core import columns, tables
@@ -65,8 +67,9 @@ def keep_moved(
         off_path,
         since,
         txn,
-        move.app_id(table),
-        move.plan_replaces(spark, settings, table),
+        (move.app_id(table), move.plan_replaces(spark, settings, table)),
         gap,
+        partial(audit.announced_backfills, spark, settings, table),
+        settings.offline_table(table).bucket_seconds,
     )
     return sorted(restored)

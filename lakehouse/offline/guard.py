@@ -113,11 +113,12 @@ def restore_backfills(
     replaced: Callable[[datetime], bool],
     bucket_seconds: int,
 ) -> set[datetime]:
-    """After the commit of `txn` (a move planned at offline version `since`): the buckets it
-    replaced that a backfill had committed after `since`, put back as they were just before
-    it, in one commit (idempotent under `<appId>:restore`). Returns those buckets.
-    `announced()` (a read of `_system/offline_log`) is called only when a backfill committed
-    in between: the usual move, alone on the table, reads just its few log files."""
+    """After the commit of `txn` (a move planned at offline version `since`, or a backfill's
+    put-back of its gap, `since` the backfill's commit): the buckets it replaced that a
+    backfill had committed after `since`, put back as they were just before it, in one commit
+    (idempotent under `<appId>:restore`). Returns those buckets. `announced()` (a read of
+    `_system/offline_log`) is called only when a backfill committed in between: the usual
+    move, alone on the table, reads just its few log files."""
     commits = commits_since(spark, path, since)
     mine = commits.get(txn)
     if mine is None:
@@ -133,18 +134,11 @@ def restore_backfills(
         for b in buckets.starts(*a.window, bucket_seconds)
         if replaced(b)
     }
-    if not hit:
-        return set()
-    later = {t for t, v in commits.items() if v > mine}
-    for a in backfills:  # a backfill that committed again since wins: leave its buckets
-        if a.txn in later:
-            hit -= set(buckets.starts(*a.window, bucket_seconds))
+    hit -= _backfilled_after(commits, mine, lambda: backfills, bucket_seconds)
     if hit:
-        rows = spark.read.format("delta").option("versionAsOf", mine - 1).load(path)
-        where = store.bucket_predicate_sql(sorted(hit))
         # No retry on a write conflict: that is a backfill committing to these buckets right
-        # now, whose rows must win; the move fails and its resume decides again.
-        store.replace_where(rows.where(where), path, where, f"{txn[0]}:restore", txn[1], False)
+        # now, whose rows must win; the caller fails and its resume (or rerun) decides again.
+        _put_back(spark, path, mine, hit, txn)
     return hit
 
 
@@ -153,38 +147,104 @@ def restore_moves(
     path: str,
     since: int,
     txn: Txn,
-    move_app: str,
-    replaced: Callable[[int, datetime], bool],
+    moves: tuple[str, Callable[[int, datetime], bool]],
     gap: list[datetime],
+    announced: Callable[[], list[Announced]],
+    bucket_seconds: int,
 ) -> set[datetime]:
     """After the commit of backfill `txn`, which also wrote the `gap` buckets (between the
     boundary and its window) from the realtime version it read while the offline table was at
-    `since`: a move (`move_app`) that committed in between wrote those buckets from a newer
-    realtime version, and the next move reads changes only since that one, so the backfill's
-    older copy would stay. Such buckets are put back as the move left them (from the version
-    just before `txn`), in one commit, unless a later move replaced them again.
-    `replaced(n, bucket)`: whether move plan n replaces the bucket. Returns those buckets."""
+    `since`: a move that committed in between wrote those buckets from a newer realtime
+    version, and the next move reads changes only since that one, so the backfill's older copy
+    would stay. Such buckets are put back as the move left them (from the version just before
+    `txn`), in one commit, unless a later move replaced them again or a later backfill's
+    window holds them; a backfill committing to the gap between that look and the put-back is
+    put back in turn (also on a rerun that finds the put-back done). `moves`: the moves' appId
+    and whether move plan n replaces a bucket. Returns the buckets that keep the move's rows.
+    (What this does not see: a move or a later backfill's gap writing them in that moment, a
+    move planned after the plans were read. Those keep older rows until the next move, which
+    moves the gap of every backfill committed since its predecessor again: `gaps_committed`.)"""
+    move_app, replaced = moves
+    restore = (f"{txn[0]}{RESTORE}", txn[1])
     for attempt in range(1, _RESTORE_ATTEMPTS + 1):
         commits = commits_since(spark, path, since)
         mine = commits.get(txn)
         if mine is None or not gap:
             return set()
-        moves = [(n, v) for (app, n), v in commits.items() if app == move_app]
-        hit = {b for b in gap for n, v in moves if v < mine and replaced(n, b)}
-        hit -= {b for b in hit for n, v in moves if v > mine and replaced(n, b)}
-        if not hit:
-            return hit
-        rows = spark.read.format("delta").option("versionAsOf", mine - 1).load(path)
-        where = store.bucket_predicate_sql(sorted(hit))
-        try:
-            store.replace_where(rows.where(where), path, where, f"{txn[0]}:restore", txn[1], False)
-            return hit
-        except Exception as exc:
-            # A move writing these buckets right now: its rows are newer still, so look
-            # again (it is a later move then) rather than retry the same rows over it.
-            if attempt == _RESTORE_ATTEMPTS or not tables.is_write_conflict(exc):
-                raise
-    return set()  # not reached: the last attempt returns or raises
+        done = [(n, v) for (app, n), v in commits.items() if app == move_app]
+        hit = {b for b in gap for n, v in done if v < mine and replaced(n, b)}
+        hit -= {b for b in hit for n, v in done if v > mine and replaced(n, b)}
+        hit -= _backfilled_after(commits, mine, announced, bucket_seconds)
+        if restore not in commits:  # not a rerun after the put-back
+            if not hit:
+                return hit
+            try:
+                _put_back(spark, path, mine, hit, txn)
+            except Exception as exc:
+                # A move writing these buckets right now: its rows are newer still, so look
+                # again (it is a later move then) rather than retry the same rows over it.
+                if attempt == _RESTORE_ATTEMPTS or not tables.is_write_conflict(exc):
+                    raise
+                continue
+        # Every gap bucket: one the look left alone is rewritten with the same rows.
+        won = restore_backfills(
+            spark, path, announced, mine, restore, set(gap).__contains__, bucket_seconds
+        )
+        return hit - won
+    raise AssertionError("not reached: the last attempt returns or raises")
 
 
+def gaps_committed(
+    spark: SparkSession,
+    path: str,
+    announced: Callable[[], list[Announced]],
+    since: int | None,
+    until: int,
+) -> set[datetime]:
+    """The gap buckets of every backfill that committed, or put a move's rows back, in
+    offline versions (since, until] (None: ever). A move moves them again: each was written
+    from a realtime version older than the move's, and whatever raced with it (a move between
+    a put-back's look and its write, a move that read past the gap without writing it, a rerun
+    under a new transaction) leaves nothing older behind for longer than one move."""
+    if since is None:
+        backfills = announced()
+        return {b for a in committed(spark, path, backfills, until) for b in a.gap}
+    txns = {
+        (app.split(RESTORE)[0], seq)
+        for app, seq in txn_commits(spark, path, since, until)
+        if app.startswith(BACKFILL_APP)
+    }
+    if not txns:
+        return set()
+    return {b for a in announced() if a.txn in txns for b in a.gap}
+
+
+def _backfilled_after(
+    commits: dict[Txn, int],
+    mine: int,
+    announced: Callable[[], list[Announced]],
+    bucket_seconds: int,
+) -> set[datetime]:
+    """The buckets of the backfills among `commits` that committed after version `mine`: a
+    later backfill wins, so nothing is put back over it. `announced()` is called only when a
+    backfill committed after `mine`."""
+    if not any(app.startswith(BACKFILL_APP) and v > mine for (app, _seq), v in commits.items()):
+        return set()
+    return {
+        b
+        for a in announced()
+        if commits.get(a.txn, -1) > mine
+        for b in buckets.starts(*a.window, bucket_seconds)
+    }
+
+
+def _put_back(spark: SparkSession, path: str, mine: int, hit: set[datetime], txn: Txn) -> None:
+    """The `hit` buckets as they were just before version `mine`, in one commit under
+    `<appId>:restore` (no retry: the callers decide what a conflict means)."""
+    rows = spark.read.format("delta").option("versionAsOf", mine - 1).load(path)
+    where = store.bucket_predicate_sql(sorted(hit))
+    store.replace_where(rows.where(where), path, where, f"{txn[0]}{RESTORE}", txn[1], False)
+
+
+RESTORE = ":restore"  # the suffix of a put-back's appId
 _RESTORE_ATTEMPTS = 3

@@ -5,7 +5,9 @@ A run:
 1. reads the realtime table's Change Data Feed since the version the previous move read, to
    find *late* changes: changes to buckets already moved (Pinot never looks at a moved window
    again; we do). Their buckets move again, unless a backfill owns them: then the changes are
-   counted, not applied (`lakehouse status` shows them);
+   counted, not applied (`lakehouse status` shows them). The gap of every backfill committed
+   since the previous move planned moves again too (`guard.gaps_committed`): the backfill
+   copied it from an older realtime version;
 2. plans the move: every closed bucket (end plus buffer at or before now) from the boundary on,
    plus the late buckets, at one realtime version. The plan is recorded in
    `_system/offline_log` before the first commit;
@@ -26,10 +28,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.core import current, faults, tables
+from lakehouse.core import faults, tables
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import OfflineTableSettings, parse_duration
@@ -207,17 +209,14 @@ def plan_replaces(
 ) -> Callable[[int, datetime], bool]:
     """`(n, bucket)` -> whether move plan n replaced the bucket; the plans are read on the
     first call only (a backfill asks only when a move committed while it ran)."""
-    plans: dict[int, Plan] = {}
-    loaded: list[bool] = []
+
+    @cache
+    def plans() -> dict[int, Plan]:
+        events = audit.move_events(spark, settings, table)
+        return {int(e["n"]): _plan_of(e) for e in events if e["event"] == audit.MOVE_PLANNED}
 
     def replaces(n: int, bucket: datetime) -> bool:
-        if not loaded:
-            events = audit.move_events(spark, settings, table)
-            plans.update(
-                {int(e["n"]): _plan_of(e) for e in events if e["event"] == audit.MOVE_PLANNED}
-            )
-            loaded.append(True)
-        plan = plans.get(n)
+        plan = plans().get(n)
         return plan is not None and plan.replaces(bucket, {_at(b) for b in plan.owned or []})
 
     return replaces
@@ -242,10 +241,15 @@ def _plan(
     last_version = int(done["realtime_version"]) if done else None
     changed = changes.changed_buckets(spark, rt_path, spec, table, last_version, version)
     # The offline version first: a backfill committing after it is put back (`guard`).
-    offline_version = tables.latest_version(spark, store.offline_path(settings, table))
-    owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
+    off_path = store.offline_path(settings, table)
+    offline_version = tables.latest_version(spark, off_path)
+    announced = cache(partial(audit.announced_backfills, spark, settings, table))
+    owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds, announced)
     moved_before = [b for b in changed if start is not None and b < start]
-    late = sorted(b for b in moved_before if b not in owned)
+    # A backfill's gap came from an older realtime version than this one: move it again.
+    since = _planned_at(done)
+    regap = guard.gaps_committed(spark, off_path, announced, since, offline_version)
+    late = sorted(b for b in {*moved_before, *regap} if b not in owned)
     ignored = {b.isoformat(): changed[b] for b in sorted(moved_before) if b in owned}
     if last_version == version and (start is not None and end <= start) and not late:
         return None
@@ -260,43 +264,6 @@ def _plan(
         offline_version=offline_version,
         owned=[b.isoformat() for b in sorted(owned)],
     )
-
-
-def waiting(
-    spark: SparkSession, settings: Settings, table: str, now: datetime
-) -> tuple[int | None, int | None]:
-    """What the next run would move, as of `now`: (closed buckets from the boundary on that
-    hold live realtime rows, realtime changes to moved buckets since the last move that it
-    would move again; backfilled buckets' changes are counted, not moved, so not included).
-    (None, None) before the realtime table exists; unreadable times are not counted."""
-    from pyspark.sql import functions as F
-
-    spec = settings.offline_table(table)
-    rt_path = store.realtime_path(settings, spec)
-    if not tables.exists(spark, rt_path):
-        return None, None
-    before = boundary.current(spark, settings, table)
-    end = buckets.closed_until(now, spec.bucket_seconds, spec.buffer_seconds)
-    live = store.with_bucket(current.live_rows(spark.read.format("delta").load(rt_path)), spec)
-    closed = live.where(
-        F.col(BUCKET) <= F.lit(end) - F.expr(f"INTERVAL {spec.bucket_seconds} SECONDS")
-    )
-    if before is not None:
-        closed = closed.where(F.col(BUCKET) >= F.lit(before.boundary))
-    closed_buckets = closed.select(BUCKET).distinct().count()
-    _plan_pending, done = _progress(spark, settings, table)
-    if before is None or done is None:
-        return closed_buckets, 0
-    version = tables.latest_version(spark, rt_path)
-    try:
-        changed = changes.changed_buckets(
-            spark, rt_path, spec, table, int(done["realtime_version"]), version
-        )
-    except changes.UnreadableTimeError:
-        return closed_buckets, None  # the next run refuses them; status does not
-    owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
-    late = sum(n for b, n in changed.items() if b < before.boundary and b not in owned)
-    return closed_buckets, late
 
 
 def _execute(
@@ -369,12 +336,23 @@ def _execute(
             "n": plan.n,
             "realtime_version": plan.realtime_version,
             "offline_version": tables.latest_version(spark, off_path),
+            "planned_offline_version": plan.offline_version,
             "rows": result.rows,
             "late": plan.late,
             "ignored": plan.ignored,
             "boundary": moved.boundary.isoformat(),
         },
     )
+
+
+def _planned_at(done: dict[str, Any] | None) -> int | None:
+    """The offline version the last finished move planned at; None before any move. Records
+    older than that field give the version after the move, so a backfill committed during
+    such a move keeps its gap until one of its buckets changes (once, at the upgrade)."""
+    if done is None:
+        return None
+    at = done.get("planned_offline_version")
+    return int(at if at is not None else done["offline_version"])
 
 
 def _at(iso: str) -> datetime:

@@ -24,7 +24,7 @@ from lakehouse.offline import audit, boundary, gap, hybrid, store
 from lakehouse.offline import backfill as backfill_module
 from lakehouse.offline import move as move_module
 from lakehouse.offline.backfill import BackfillOptions, backfill
-from lakehouse.offline.move import MoveOptions, realtime_to_offline
+from lakehouse.offline.move import MoveOptions, MoveResult, realtime_to_offline
 from tests.offline.helpers import T0, Order, frame, offline_rows, offline_setup, order, upsert
 from tests.offline.test_backfill import write_jsonl
 
@@ -370,3 +370,120 @@ def test_a_move_that_commits_the_gap_while_a_backfill_runs_keeps_its_newer_rows(
     # And it stays so: the next move finds nothing changed since its own.
     realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H))
     check(spark, settings, offline, expected([changed, *orders[1:]]))
+
+
+def test_a_move_that_reads_past_a_backfills_gap_without_writing_it_leaves_no_stale_row(
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill (no boundary yet) reads the gap [00:00, 02:00) at its start. Before its
+    commit order 0 changes and a move runs whose clock (00:30) is behind the backfill's: no
+    bucket has closed, so its commit replaces none, yet it reads the realtime table past the
+    change. The backfill then commits the gap's older copy, and the next move would find no
+    change since its predecessor's: it moves the backfill's gap again instead."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    changed = order(0, T0 + 0.75 * H, "99.00")
+    early: list[MoveResult] = []
+    real = store.replace_where
+
+    def moved_first(rows: DataFrame, path: str, where: str, app_id: str, *more: Any) -> None:
+        if app_id.startswith("backfill") and not early:
+            upsert(spark, settings, offline, [changed])
+            at = T0 + 0.5 * H
+            early.append(realtime_to_offline(spark, settings, MoveOptions(offline, at)))
+        real(rows, path, where, app_id, *more)
+
+    monkeypatch.setattr(store, "replace_where", moved_first)
+    report = start_backfill(spark, settings, offline, tmp_path)()
+    monkeypatch.undo()
+
+    assert (len(early), early[0].rows, report.hole, report.kept_moved) == (1, {}, [T0], [])
+    check_offline(spark, settings, offline, [orders[0], *FIXED])  # the gap's older copy
+    result = realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H))
+
+    check(spark, settings, offline, expected([changed, *orders[1:]]))
+    assert result.plan is not None
+    assert result.plan.late == [T0.isoformat()]
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["whole", "both_killed_after_commit"])
+def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its_rows(
+    spark: SparkSession,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    killed: bool,
+) -> None:
+    """As above, a whole move commits the gap while the first backfill runs, so the backfill
+    puts the move's rows back after its commit. A second backfill of [00:00, 02:00) commits
+    right before that put-back: its rows win over the move's, then and after the next move.
+    Killed: the second is killed right after its commit, the first right after its put-back,
+    and the first's rerun (same transaction, both writes done) puts the second's rows back."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    changed = order(0, T0 + 0.75 * H, "99.00")
+    second = [order(0, T0 + 0.75 * H, "55.00"), order(20, T0 + 1.5 * H, "1.00")]
+    second_input = write_jsonl(tmp_path / "second.jsonl", second)
+    second_options = BackfillOptions(offline, second_input, T0, T0 + 2 * H, now=NOW, reason="b3")
+    writes: list[str] = []
+    real = store.replace_where
+
+    def run_second() -> None:
+        if not killed:
+            backfill(spark, settings, second_options)
+            return
+        with monkeypatch.context() as patch:
+            patch.setattr(faults, "point", kill)
+            with pytest.raises(Killed):
+                backfill(spark, settings, second_options)
+
+    def interleaved(rows: DataFrame, path: str, where: str, app_id: str, *more: Any) -> None:
+        if app_id.startswith("backfill") and not writes:
+            writes.append("move")
+            upsert(spark, settings, offline, [changed])
+            realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+        if app_id.endswith(":restore") and "second" not in writes:
+            writes.append("second")
+            run_second()
+        if killed and app_id.endswith(":restore:restore"):
+            raise Killed
+        writes.append(app_id)
+        real(rows, path, where, app_id, *more)
+
+    monkeypatch.setattr(store, "replace_where", interleaved)
+    run_first = start_backfill(spark, settings, offline, tmp_path)
+    if killed:
+        with pytest.raises(Killed):
+            run_first()
+        monkeypatch.undo()
+    report = run_first()
+    monkeypatch.undo()
+
+    want = [*second, *FIXED, *orders[2:]]
+    check(spark, settings, offline, want)
+    if killed:  # the second's rerun (a new transaction now the first is recorded) changes nothing
+        backfill(spark, settings, second_options)
+        check(spark, settings, offline, want)
+    # The gap bucket holds the second backfill's rows, not the move's; a rerun found the
+    # boundary at 08:00 (no gap of its own).
+    assert (report.hole, report.kept_moved) == ([] if killed else [T0], [])
+    if not killed:
+        # The move forced in before the first backfill's commit, the second backfill before
+        # the put-back of the move's rows, then the put-back of the second backfill's rows.
+        first, other = writes[2], writes[4]
+        assert writes == [
+            "move",
+            f"realtime_to_offline:{offline}",
+            first,
+            "second",
+            other,
+            f"{first}:restore",
+            f"{first}:restore:restore",
+        ]
+        assert first != other
+        assert other.startswith(f"backfill:{offline}:")
+    # The next move moves nothing again: the gap is the second backfill's now.
+    assert realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H)).plan is None
+    check(spark, settings, offline, want)
