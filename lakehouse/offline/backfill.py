@@ -69,7 +69,7 @@ class BackfillReport:
     end: datetime
     content_hash: str = ""
     buckets: dict[datetime, BucketDiff] = field(default_factory=dict)
-    hole: list[datetime] = field(default_factory=list)  # buckets moved from realtime with it
+    gap: list[datetime] = field(default_factory=list)  # buckets moved from realtime with it
     # Of those, the buckets a move committed while this ran: they keep the move's newer rows.
     kept_moved: list[datetime] = field(default_factory=list)
     rule_failures: dict[str, int] = field(default_factory=dict)
@@ -93,9 +93,9 @@ class BackfillReport:
             f"{self.offline_version_before} -> {self.offline_version_after}",
             f"  boundary {_show(self.boundary_before)} -> {_show(self.boundary_after)}",
         ]
-        if self.hole:
+        if self.gap:
             lines.append(
-                f"  {len(self.hole)} bucket(s) between the boundary and the window move from "
+                f"  {len(self.gap)} bucket(s) between the boundary and the window move from "
                 "the realtime table in the same commit"
             )
         if self.kept_moved:
@@ -161,13 +161,11 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
     report.boundary_before = before.boundary if before else None
     report.offline_version_before = tables.latest_version(spark, off_path)
     owned = audit.owned_buckets(spark, settings, options.table, spec.bucket_seconds)
-    hole_start = before.boundary if before else None
-    new_rows, report.hole = gap.with_gap(
-        spark, rt_path, spec, rows, hole_start, options.start, owned
-    )
-    where = _predicate(options, report.hole)
+    gap_start = before.boundary if before else None
+    new_rows, report.gap = gap.with_gap(spark, rt_path, spec, rows, gap_start, options.start, owned)
+    where = _predicate(options, report.gap)
     offline = spark.read.format("delta").load(off_path).where(where)
-    report.buckets = _diff(offline, new_rows, options, report.hole, spec)
+    report.buckets = _diff(offline, new_rows, options, report.gap, spec)
     report.boundary_after = _new_boundary(report.boundary_before, options.end)
     report.offline_version_after = report.offline_version_before
     if options.dry_run:
@@ -182,9 +180,9 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
     columns = spark.read.format("delta").load(off_path).columns
     window, txn = (options.start, options.end), (app_id, seq)
     since = report.offline_version_before  # read before the gap's realtime rows
-    audit.announce_backfill(spark, settings, options.table, txn, window, since, report.hole)
+    audit.announce_backfill(spark, settings, options.table, txn, window, since, report.gap)
     store.replace_where(new_rows.select(*[f"`{c}`" for c in columns]), off_path, where, *txn)
-    report.kept_moved = gap.keep_moved(spark, settings, options.table, txn, since, report.hole)
+    report.kept_moved = gap.keep_moved(spark, settings, options.table, txn, since, report.gap)
     faults.point("after_offline_commit")
     report.offline_version_after = tables.latest_version(spark, off_path)
     if report.boundary_after != report.boundary_before and report.boundary_after is not None:
@@ -257,26 +255,26 @@ def _checked_input(
     return kept, digest, failures
 
 
-def _predicate(options: BackfillOptions, hole: list[datetime]) -> str:
+def _predicate(options: BackfillOptions, gap_starts: list[datetime]) -> str:
     window = (
         f"({BUCKET} >= {buckets.timestamp_sql(options.start)} AND "
         f"{BUCKET} < {buckets.timestamp_sql(options.end)})"
     )
-    return f"{window} OR {store.bucket_predicate_sql(hole)}" if hole else window
+    return f"{window} OR {store.bucket_predicate_sql(gap_starts)}" if gap_starts else window
 
 
 def _diff(
     offline: DataFrame,
     new_rows: DataFrame,
     options: BackfillOptions,
-    hole: list[datetime],
+    gap_starts: list[datetime],
     spec: OfflineTableSettings,
 ) -> dict[datetime, BucketDiff]:
-    """Per bucket of the window and the hole: rows before and after, and the rows only on
+    """Per bucket of the window and the gap: rows before and after, and the rows only on
     one side (as multisets of whole rows)."""
     from pyspark.sql import functions as F
 
-    starts = buckets.starts(options.start, options.end, spec.bucket_seconds) + hole
+    starts = buckets.starts(options.start, options.end, spec.bucket_seconds) + gap_starts
     diffs = {b: BucketDiff() for b in starts}
     columns = [f"`{c}`" for c in new_rows.columns]
     old = offline.select(*columns)

@@ -41,9 +41,9 @@ def with_gap(
     below = F.col(BUCKET) < F.lit(window_start)
     if boundary_at is not None:
         below = below & (F.col(BUCKET) >= F.lit(boundary_at))
-    hole = realtime.where(below & ~store.in_buckets(sorted(owned)))
-    starts = sorted(r[BUCKET] for r in hole.select(BUCKET).distinct().collect())
-    return rows.unionByName(hole.select(*[columns.named(c) for c in rows.columns])), starts
+    moved = realtime.where(below & ~store.in_buckets(sorted(owned)))
+    starts = sorted(r[BUCKET] for r in moved.select(BUCKET).distinct().collect())
+    return rows.unionByName(moved.select(*[columns.named(c) for c in rows.columns])), starts
 
 
 def keep_moved(

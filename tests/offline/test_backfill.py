@@ -520,7 +520,7 @@ def test_a_window_past_the_boundary_moves_the_gap_and_the_boundary(
     report = run(
         spark, settings, offline, write_jsonl(tmp_path / "f.jsonl", fixed), T0 + 4 * H, T0 + 6 * H
     )
-    assert report.hole == [T0 + 2 * H]
+    assert report.gap == [T0 + 2 * H]
     assert boundary.current(spark, settings, offline).boundary == T0 + 6 * H  # type: ignore[union-attr]
     ids = sorted(r["order_id"] for r in offline_rows(spark, settings, offline).collect())
     assert ids == [0, 1, 2]

@@ -365,7 +365,7 @@ def test_a_move_that_commits_the_gap_while_a_backfill_runs_keeps_its_newer_rows(
     assert (len(moves), report.status) == (1, "applied")
     # The rerun found the boundary at 08:00 (no gap of its own) and its commit already done.
     gap_then_kept = ([], [T0]) if killed else ([T0], [T0])
-    assert (report.hole, report.kept_moved) == gap_then_kept
+    assert (report.gap, report.kept_moved) == gap_then_kept
     check(spark, settings, offline, expected([changed, *orders[1:]]))
     # And it stays so: the next move finds nothing changed since its own.
     realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H))
@@ -398,7 +398,7 @@ def test_a_move_that_reads_past_a_backfills_gap_without_writing_it_leaves_no_sta
     report = start_backfill(spark, settings, offline, tmp_path)()
     monkeypatch.undo()
 
-    assert (len(early), early[0].rows, report.hole, report.kept_moved) == (1, {}, [T0], [])
+    assert (len(early), early[0].rows, report.gap, report.kept_moved) == (1, {}, [T0], [])
     check_offline(spark, settings, offline, [orders[0], *FIXED])  # the gap's older copy
     result = realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H))
 
@@ -468,7 +468,7 @@ def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its
         check(spark, settings, offline, want)
     # The gap bucket holds the second backfill's rows, not the move's; a rerun found the
     # boundary at 08:00 (no gap of its own).
-    assert (report.hole, report.kept_moved) == ([] if killed else [T0], [])
+    assert (report.gap, report.kept_moved) == ([] if killed else [T0], [])
     if not killed:
         # The move forced in before the first backfill's commit, the second backfill before
         # the put-back of the move's rows, then the put-back of the second backfill's rows.
