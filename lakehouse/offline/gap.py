@@ -8,7 +8,7 @@ Whatever still races with that, the next move moves the gap again (`guard.gaps_c
 from __future__ import annotations
 
 from datetime import datetime
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING
 
 from lakehouse.core import columns, tables
@@ -58,8 +58,9 @@ def keep_moved(
     (`guard.restore_moves`). A rerun after a crash finds its commit before `since` (Delta
     skipped the write as done): the first announcement tells what that commit wrote."""
     off_path = store.offline_path(settings, table)
+    announced = cache(partial(audit.announced_backfills, spark, settings, table))
     if txn not in guard.commits_since(spark, off_path, since):
-        mine = [a for a in audit.announced_backfills(spark, settings, table) if a.txn == txn]
+        mine = [a for a in announced() if a.txn == txn]
         first = min(mine, key=lambda a: a.offline_version, default=None)
         since, gap = (first.offline_version, list(first.gap)) if first else (since, [])
     restored = guard.restore_moves(
@@ -67,9 +68,10 @@ def keep_moved(
         off_path,
         since,
         txn,
-        (move.app_id(table), move.plan_replaces(spark, settings, table)),
+        move.app_id(table),
+        move.plan_replaces(spark, settings, table),
         gap,
-        partial(audit.announced_backfills, spark, settings, table),
+        announced,
         settings.offline_table(table).bucket_seconds,
     )
     return sorted(restored)

@@ -17,7 +17,9 @@ boundary moves. A backfill that commits after the move simply wins (its commit i
 The other way round (`restore_moves`): a backfill whose window starts after the boundary also
 writes the buckets in between, from the realtime version it read at its start; the gap buckets
 a move committed meanwhile are put back as the move left them, right after the backfill's
-commit (`offline/gap.py`).
+commit (`offline/gap.py`). What still races with that put-back is left to the next move, which
+moves the gap of every backfill committed since its predecessor planned again
+(`gaps_committed`).
 
 The commits are read from the offline table's log files directly (`_delta_log/<v>.json`: its
 `txn` actions), a few small files per move, no Spark job.
@@ -147,7 +149,8 @@ def restore_moves(
     path: str,
     since: int,
     txn: Txn,
-    moves: tuple[str, Callable[[int, datetime], bool]],
+    move_app: str,
+    replaced: Callable[[int, datetime], bool],
     gap: list[datetime],
     announced: Callable[[], list[Announced]],
     bucket_seconds: int,
@@ -159,12 +162,12 @@ def restore_moves(
     would stay. Such buckets are put back as the move left them (from the version just before
     `txn`), in one commit, unless a later move replaced them again or a later backfill's
     window holds them; a backfill committing to the gap between that look and the put-back is
-    put back in turn (also on a rerun that finds the put-back done). `moves`: the moves' appId
-    and whether move plan n replaces a bucket. Returns the buckets that keep the move's rows.
+    put back in turn (also on a rerun that finds the put-back done). `move_app`: the moves'
+    appId; `replaced(n, bucket)`: whether move plan n replaces the bucket. Returns the buckets
+    that keep the move's rows.
     (What this does not see: a move or a later backfill's gap writing them in that moment, a
     move planned after the plans were read. Those keep older rows until the next move, which
     moves the gap of every backfill committed since its predecessor again: `gaps_committed`.)"""
-    move_app, replaced = moves
     restore = (f"{txn[0]}{RESTORE}", txn[1])
     for attempt in range(1, _RESTORE_ATTEMPTS + 1):
         commits = commits_since(spark, path, since)

@@ -106,6 +106,8 @@ class Plan:
     range_start: str | None  # the boundary it starts from (None: from the first bucket)
     range_end: str  # the end of the newest closed bucket
     late: list[str] = field(default_factory=list)  # moved buckets to move again
+    # The gaps of backfills committed since the last move planned (`guard.gaps_committed`).
+    regap: list[str] = field(default_factory=list)
     ignored: dict[str, int] = field(default_factory=dict)  # owned bucket -> late changes
     # The offline version, then the backfilled buckets, read when planning (None in plans
     # recorded before these were: they are read again when the plan runs).
@@ -117,13 +119,14 @@ class Plan:
         """False when only the realtime version read moves on (new changes, none of them
         late, no bucket closed since): the offline table gets no commit."""
         new_range = self.range_start is None or self.range_end > self.range_start
-        return new_range or bool(self.late)
+        return new_range or bool(self.late) or bool(self.regap)
 
     def replaces(self, bucket: datetime, owned: set[datetime]) -> bool:
         """Whether the plan replaces `bucket` (`buckets_sql`, in Python)."""
         start = _at(self.range_start) if self.range_start else None
         new = (start is None or bucket >= start) and bucket < _at(self.range_end)
-        return (new or bucket.isoformat() in self.late) and bucket not in owned
+        again = bucket.isoformat() in self.late or bucket.isoformat() in self.regap
+        return (new or again) and bucket not in owned
 
     def buckets_sql(self, owned: set[datetime]) -> str:
         """The buckets this plan replaces, minus those a backfill owns."""
@@ -131,7 +134,7 @@ class Plan:
         if self.range_start:
             parts.insert(0, f"{BUCKET} >= {buckets.timestamp_sql(_at(self.range_start))}")
         new = " AND ".join(parts)
-        late = store.bucket_predicate_sql([_at(b) for b in self.late])
+        late = store.bucket_predicate_sql([_at(b) for b in [*self.late, *self.regap]])
         keep = store.bucket_predicate_sql(sorted(owned))
         return f"(({new}) OR {late}) AND NOT ({keep})"
 
@@ -249,9 +252,11 @@ def _plan(
     # A backfill's gap came from an older realtime version than this one: move it again.
     since = _planned_at(done)
     regap = guard.gaps_committed(spark, off_path, announced, since, offline_version)
-    late = sorted(b for b in {*moved_before, *regap} if b not in owned)
+    late = sorted(b for b in moved_before if b not in owned)
+    regap -= {*late, *owned}
     ignored = {b.isoformat(): changed[b] for b in sorted(moved_before) if b in owned}
-    if last_version == version and (start is not None and end <= start) and not late:
+    idle = last_version == version and start is not None and end <= start
+    if idle and not late and not regap:
         return None
     n = int(done["n"]) + 1 if done else 1
     return Plan(
@@ -260,6 +265,7 @@ def _plan(
         range_start=start.isoformat() if start else None,
         range_end=end.isoformat(),
         late=[b.isoformat() for b in late],
+        regap=[b.isoformat() for b in sorted(regap)],
         ignored=ignored,
         offline_version=offline_version,
         owned=[b.isoformat() for b in sorted(owned)],
@@ -339,6 +345,7 @@ def _execute(
             "planned_offline_version": plan.offline_version,
             "rows": result.rows,
             "late": plan.late,
+            "regap": plan.regap,
             "ignored": plan.ignored,
             "boundary": moved.boundary.isoformat(),
         },
@@ -365,10 +372,12 @@ def describe(result: MoveResult) -> str:
         return f"offline.{result.table}: nothing to move (boundary {_show(result.boundary_after)})"
     moved = sum(result.rows.values())
     ignored = sum(result.plan.ignored.values())
+    regap = result.plan.regap
     return (
         f"offline.{result.table}: {'resumed move' if result.resumed else 'move'} "
         f"{result.plan.n} at realtime version {result.plan.realtime_version}: {moved} row(s) in "
         f"{len(result.rows)} bucket(s), {len(result.plan.late)} late bucket(s) moved again"
+        + (f", {len(regap)} backfill gap bucket(s) moved again" if regap else "")
         + (f", {ignored} late change(s) to backfilled buckets not applied" if ignored else "")
         + f"; boundary {_show(result.boundary_before)} -> {_show(result.boundary_after)}"
     )

@@ -385,11 +385,14 @@ def test_a_move_that_reads_past_a_backfills_gap_without_writing_it_leaves_no_sta
     upsert(spark, settings, offline, orders)
     changed = order(0, T0 + 0.75 * H, "99.00")
     early: list[MoveResult] = []
+    changed_at: list[int] = []  # the realtime version with the change
+    rt_path = store.realtime_path(settings, settings.offline_table(offline))
     real = store.replace_where
 
     def moved_first(rows: DataFrame, path: str, where: str, app_id: str, *more: Any) -> None:
         if app_id.startswith("backfill") and not early:
             upsert(spark, settings, offline, [changed])
+            changed_at.append(tables.latest_version(spark, rt_path))
             at = T0 + 0.5 * H
             early.append(realtime_to_offline(spark, settings, MoveOptions(offline, at)))
         real(rows, path, where, app_id, *more)
@@ -399,12 +402,14 @@ def test_a_move_that_reads_past_a_backfills_gap_without_writing_it_leaves_no_sta
     monkeypatch.undo()
 
     assert (len(early), early[0].rows, report.gap, report.kept_moved) == (1, {}, [T0], [])
+    assert early[0].plan is not None
+    assert early[0].plan.realtime_version == changed_at[0]  # it read past the change
     check_offline(spark, settings, offline, [orders[0], *FIXED])  # the gap's older copy
     result = realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H))
 
     check(spark, settings, offline, expected([changed, *orders[1:]]))
     assert result.plan is not None
-    assert result.plan.late == [T0.isoformat()]
+    assert (result.plan.late, result.plan.regap) == ([], [T0.isoformat()])
 
 
 @pytest.mark.parametrize("killed", [False, True], ids=["whole", "both_killed_after_commit"])
@@ -472,7 +477,8 @@ def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its
     if not killed:
         # The move forced in before the first backfill's commit, the second backfill before
         # the put-back of the move's rows, then the put-back of the second backfill's rows.
-        first, other = writes[2], writes[4]
+        apps = {a.window: a.txn[0] for a in audit.announced_backfills(spark, settings, offline)}
+        first, other = apps[WINDOW], apps[(T0, T0 + 2 * H)]
         assert writes == [
             "move",
             f"realtime_to_offline:{offline}",
@@ -482,8 +488,34 @@ def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its
             f"{first}:restore",
             f"{first}:restore:restore",
         ]
-        assert first != other
-        assert other.startswith(f"backfill:{offline}:")
     # The next move moves nothing again: the gap is the second backfill's now.
     assert realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H)).plan is None
     check(spark, settings, offline, want)
+
+
+def test_the_move_after_a_backfill_moves_its_gap_again_and_reports_it_apart_from_late_changes(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    """No race: the backfill (no boundary yet) copies the gap [00:00, 02:00) from realtime.
+    The next move, with no late change, moves that gap again once (it cannot tell whether a
+    move raced with it) and reports it as a backfill's gap, not as late; the move after that
+    has nothing to do."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    report = start_backfill(spark, settings, offline, tmp_path)()
+    assert report.gap == [T0]
+
+    again = realtime_to_offline(spark, settings, MoveOptions(offline, T0 + 4 * H))
+
+    assert again.plan is not None
+    bucket = T0.isoformat()
+    assert (again.plan.late, again.plan.regap, again.rows) == ([], [bucket], {bucket: 1})
+    assert "1 backfill gap bucket(s) moved again" in move_module.describe(again)
+    check_offline(spark, settings, offline, [orders[0], *FIXED])
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline),
+        frame(spark, expected(orders)),
+        ignore_row_order=True,
+    )
+    assert realtime_to_offline(spark, settings, MoveOptions(offline, T0 + 4 * H)).plan is None
