@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import getpass
 import socket
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -136,12 +135,17 @@ def announced_backfills(
     ]
 
 
+def announcements(spark: SparkSession, settings: Settings, table: str) -> guard.Announcements:
+    """`announced_backfills`, read when first needed (`guard.Announcements`)."""
+    return guard.Announcements(partial(announced_backfills, spark, settings, table))
+
+
 def owned_buckets(
     spark: SparkSession,
     settings: Settings,
     table: str,
     bucket: int,
-    announced: Callable[[], list[guard.Announced]] | None = None,
+    announced: guard.Announcements | None = None,
 ) -> set[datetime]:
     """The bucket starts inside the window of any backfill of `table` that committed: those
     recorded as applied, and those of the run under way (or killed) since the last record that
@@ -155,7 +159,7 @@ def owned_buckets(
     for row in windows.distinct().collect():
         owned.update(buckets.starts(row["window_from"], row["window_to"], bucket))
     last = recorded.agg({"seq": "max"}).collect()[0][0] or 0
-    announced = announced or partial(announced_backfills, spark, settings, table)
+    announced = announced or announcements(spark, settings, table)
     pending = [a for a in announced() if a.txn[1] > last]
     path = store.offline_path(settings, table)
     for a in guard.committed(spark, path, pending, tables.latest_version(spark, path)):

@@ -8,7 +8,6 @@ Whatever still races with that, the next move moves the gap again (`guard.gaps_c
 from __future__ import annotations
 
 from datetime import datetime
-from functools import cache, partial
 from typing import TYPE_CHECKING
 
 from lakehouse.core import columns, tables
@@ -56,22 +55,60 @@ def keep_moved(
 ) -> list[datetime]:
     """The gap buckets a move committed while this backfill ran, put back as the move left them
     (`guard.restore_moves`). A rerun after a crash finds its commit before `since` (Delta
-    skipped the write as done): the first announcement tells what that commit wrote."""
+    skipped the write as done): the first announcement tells what that commit wrote. A rerun
+    under a new transaction (another backfill was recorded in between) finishes the put-backs
+    of the earlier runs of the same input too (`_unfinished`)."""
     off_path = store.offline_path(settings, table)
-    announced = cache(partial(audit.announced_backfills, spark, settings, table))
+    announced = audit.announcements(spark, settings, table)
     if txn not in guard.commits_since(spark, off_path, since):
-        mine = [a for a in announced() if a.txn == txn]
-        first = min(mine, key=lambda a: a.offline_version, default=None)
+        first = _first_announcement(announced(), txn)
         since, gap = (first.offline_version, list(first.gap)) if first else (since, [])
-    restored = guard.restore_moves(
-        spark,
-        off_path,
-        since,
-        txn,
-        move.app_id(table),
-        move.plan_replaces(spark, settings, table),
-        gap,
-        announced,
-        settings.offline_table(table).bucket_seconds,
-    )
+    earlier = _unfinished(spark, settings, table, txn, announced() if txn[1] > 1 else [])
+    runs = [
+        # Not over this run's gap: its rows were read from a newer realtime version.
+        *((a.txn, a.offline_version, sorted(set(a.gap) - set(gap))) for a in earlier),
+        (txn, since, gap),
+    ]
+    restored: set[datetime] = set()
+    for run_txn, run_since, run_gap in runs:  # the earlier runs first
+        restored |= guard.restore_moves(
+            spark,
+            off_path,
+            run_since,
+            run_txn,
+            move.app_id(table),
+            move.plan_replaces(spark, settings, table),
+            run_gap,
+            announced,
+            settings.offline_table(table).bucket_seconds,
+        )
     return sorted(restored)
+
+
+def _first_announcement(announced: list[guard.Announced], txn: guard.Txn) -> guard.Announced | None:
+    """A run's first announcement: a rerun under the same transaction announces again."""
+    mine = [a for a in announced if a.txn == txn]
+    return min(mine, key=lambda a: a.offline_version, default=None)
+
+
+def _unfinished(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    txn: guard.Txn,
+    announced: list[guard.Announced],
+) -> list[guard.Announced]:
+    """The first announcement of each earlier run of the same input (the same appId) that has no
+    `backfill_log` record: killed, perhaps after its commit and before its put-backs finished.
+    (A recorded run finished them; `restore_moves` does nothing for a run that never
+    committed, and its put-backs are idempotent.)"""
+    from pyspark.sql import functions as F
+
+    digest = txn[0].rsplit(":", 1)[-1]
+    earlier = {a.txn for a in announced if a.txn[0] == txn[0] and a.txn[1] < txn[1]}
+    if not earlier:
+        return []
+    runs = audit.backfills(spark, settings, table).where(F.col("content_hash").startswith(digest))
+    recorded = {int(r["seq"]) for r in runs.select("seq").collect()}
+    firsts = (_first_announcement(announced, t) for t in sorted(earlier) if t[1] not in recorded)
+    return [a for a in firsts if a is not None]

@@ -28,7 +28,7 @@ The commits are read from the offline table's log files directly (`_delta_log/<v
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -43,6 +43,7 @@ Txn = tuple[str, int]  # a Delta transaction: (appId, version)
 # Every backfill commit's appId starts so (`lakehouse.offline.backfill`): a move reads the
 # announcements only when such a commit landed among its own.
 BACKFILL_APP = "backfill:"
+RESTORE = ":restore"  # the suffix of a put-back's appId
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,27 @@ class Announced:
     # start, before the realtime rows of its gap.
     offline_version: int
     gap: tuple[datetime, ...] = ()  # the buckets between the boundary and the window
+
+
+class Announcements:
+    """The backfills announced in `_system/offline_log`, read when first needed and read again
+    only when asked about a backfill commit the last read did not know: each backfill is
+    announced before it commits, so a read is stale only for a commit that landed after it
+    (a put-back that read them before its write must see a backfill committed during it)."""
+
+    def __init__(self, read: Callable[[], list[Announced]]) -> None:
+        self._read = read
+        self._seen: list[Announced] | None = None
+
+    def __call__(self, commits: Iterable[Txn] = ()) -> list[Announced]:
+        known = {a.txn for a in self._seen or ()}
+        unknown = any(
+            app.startswith(BACKFILL_APP) and RESTORE not in app and (app, seq) not in known
+            for app, seq in commits
+        )
+        if self._seen is None or unknown:
+            self._seen = self._read()
+        return self._seen
 
 
 def txn_commits(spark: SparkSession, path: str, since: int, until: int) -> dict[Txn, int]:
@@ -91,16 +113,16 @@ def commits_since(spark: SparkSession, path: str, version: int) -> dict[Txn, int
 
 def backfilled_in(
     commits: dict[Txn, int],
-    announced: Callable[[], list[Announced]],
+    announced: Announcements,
     bucket_seconds: int,
 ) -> set[datetime]:
     """The buckets of the backfills among `commits` (those since a move's plan): its write
-    leaves them out. `announced()` is called only when a backfill commit is among them."""
+    leaves them out. `announced` is read only when a backfill commit is among them."""
     if not any(app.startswith(BACKFILL_APP) for app, _seq in commits):
         return set()
     return {
         b
-        for a in announced()
+        for a in announced(commits)
         if a.txn in commits
         for b in buckets.starts(*a.window, bucket_seconds)
     }
@@ -109,7 +131,7 @@ def backfilled_in(
 def restore_backfills(
     spark: SparkSession,
     path: str,
-    announced: Callable[[], list[Announced]],
+    announced: Announcements,
     since: int,
     txn: Txn,
     replaced: Callable[[datetime], bool],
@@ -118,7 +140,7 @@ def restore_backfills(
     """After the commit of `txn` (a move planned at offline version `since`, or a backfill's
     put-back of its gap, `since` the backfill's commit): the buckets it replaced that a
     backfill had committed after `since`, put back as they were just before it, in one commit
-    (idempotent under `<appId>:restore`). Returns those buckets. `announced()` (a read of
+    (idempotent under `<appId>:restore`). Returns those buckets. `announced` (a read of
     `_system/offline_log`) is called only when a backfill committed in between: the usual
     move, alone on the table, reads just its few log files."""
     commits = commits_since(spark, path, since)
@@ -128,7 +150,7 @@ def restore_backfills(
     before = {t for t, v in commits.items() if v < mine}
     if not any(app.startswith(BACKFILL_APP) for app, _seq in before):
         return set()
-    backfills = announced()
+    backfills = announced(before)
     hit = {
         b
         for a in backfills
@@ -136,7 +158,7 @@ def restore_backfills(
         for b in buckets.starts(*a.window, bucket_seconds)
         if replaced(b)
     }
-    hit -= _backfilled_after(commits, mine, lambda: backfills, bucket_seconds)
+    hit -= _backfilled_after(commits, mine, announced, bucket_seconds)
     if hit:
         # No retry on a write conflict: that is a backfill committing to these buckets right
         # now, whose rows must win; the caller fails and its resume (or rerun) decides again.
@@ -152,7 +174,7 @@ def restore_moves(
     move_app: str,
     replaced: Callable[[int, datetime], bool],
     gap: list[datetime],
-    announced: Callable[[], list[Announced]],
+    announced: Announcements,
     bucket_seconds: int,
 ) -> set[datetime]:
     """After the commit of backfill `txn`, which also wrote the `gap` buckets (between the
@@ -200,7 +222,7 @@ def restore_moves(
 def gaps_committed(
     spark: SparkSession,
     path: str,
-    announced: Callable[[], list[Announced]],
+    announced: Announcements,
     since: int | None,
     until: int,
 ) -> set[datetime]:
@@ -219,23 +241,24 @@ def gaps_committed(
     }
     if not txns:
         return set()
-    return {b for a in announced() if a.txn in txns for b in a.gap}
+    return {b for a in announced(txns) if a.txn in txns for b in a.gap}
 
 
 def _backfilled_after(
     commits: dict[Txn, int],
     mine: int,
-    announced: Callable[[], list[Announced]],
+    announced: Announcements,
     bucket_seconds: int,
 ) -> set[datetime]:
     """The buckets of the backfills among `commits` that committed after version `mine`: a
-    later backfill wins, so nothing is put back over it. `announced()` is called only when a
+    later backfill wins, so nothing is put back over it. `announced` is read only when a
     backfill committed after `mine`."""
-    if not any(app.startswith(BACKFILL_APP) and v > mine for (app, _seq), v in commits.items()):
+    after = [t for t, v in commits.items() if v > mine]
+    if not any(app.startswith(BACKFILL_APP) for app, _seq in after):
         return set()
     return {
         b
-        for a in announced()
+        for a in announced(after)
         if commits.get(a.txn, -1) > mine
         for b in buckets.starts(*a.window, bucket_seconds)
     }
@@ -249,5 +272,4 @@ def _put_back(spark: SparkSession, path: str, mine: int, hit: set[datetime], txn
     store.replace_where(rows.where(where), path, where, f"{txn[0]}{RESTORE}", txn[1], False)
 
 
-RESTORE = ":restore"  # the suffix of a put-back's appId
 _RESTORE_ATTEMPTS = 3

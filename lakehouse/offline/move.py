@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from functools import cache, partial
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import faults, tables
@@ -246,7 +246,7 @@ def _plan(
     # The offline version first: a backfill committing after it is put back (`guard`).
     off_path = store.offline_path(settings, table)
     offline_version = tables.latest_version(spark, off_path)
-    announced = cache(partial(audit.announced_backfills, spark, settings, table))
+    announced = audit.announcements(spark, settings, table)
     owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds, announced)
     moved_before = [b for b in changed if start is not None and b < start]
     # A backfill's gap came from an older realtime version than this one: move it again.
@@ -291,7 +291,7 @@ def _execute(
             if plan.owned is not None
             else audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
         )
-        announced = partial(audit.announced_backfills, spark, settings, table)
+        announced = audit.announcements(spark, settings, table)
         # A backfill committed since the plan wins: the write leaves its window out. Only
         # while the write is to come: a resume after it cannot tell which backfills that look
         # saw, so the restore below puts back every backfill committed before the write (a

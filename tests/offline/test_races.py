@@ -412,19 +412,25 @@ def test_a_move_that_reads_past_a_backfills_gap_without_writing_it_leaves_no_sta
     assert (result.plan.late, result.plan.regap) == ([], [T0.isoformat()])
 
 
-@pytest.mark.parametrize("killed", [False, True], ids=["whole", "both_killed_after_commit"])
+@pytest.mark.parametrize(
+    ("second_killed", "killed"),
+    [(False, False), (True, True), (False, True)],
+    ids=["whole", "both_killed_after_commit", "first_killed_after_the_second_is_recorded"],
+)
 def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its_rows(
     spark: SparkSession,
     settings: Settings,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    second_killed: bool,
     killed: bool,
 ) -> None:
     """As above, a whole move commits the gap while the first backfill runs, so the backfill
     puts the move's rows back after its commit. A second backfill of [00:00, 02:00) commits
     right before that put-back: its rows win over the move's, then and after the next move.
-    Killed: the second is killed right after its commit, the first right after its put-back,
-    and the first's rerun (same transaction, both writes done) puts the second's rows back."""
+    Killed: the first is killed right after its put-back, and its rerun (both writes done)
+    puts the second's rows back. The second killed right after its commit, the rerun has the
+    first's transaction; the second recorded, it has a new one and finishes the first's."""
     offline, settings = offline_setup(spark, settings)
     orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
     upsert(spark, settings, offline, orders)
@@ -436,7 +442,7 @@ def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its
     real = store.replace_where
 
     def run_second() -> None:
-        if not killed:
+        if not second_killed:
             backfill(spark, settings, second_options)
             return
         with monkeypatch.context() as patch:
@@ -468,7 +474,7 @@ def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its
 
     want = [*second, *FIXED, *orders[2:]]
     check(spark, settings, offline, want)
-    if killed:  # the second's rerun (a new transaction now the first is recorded) changes nothing
+    if second_killed:  # its rerun (a new transaction now the first is recorded) changes nothing
         backfill(spark, settings, second_options)
         check(spark, settings, offline, want)
     # The gap bucket holds the second backfill's rows, not the move's; a rerun found the
@@ -519,3 +525,56 @@ def test_the_move_after_a_backfill_moves_its_gap_again_and_reports_it_apart_from
         ignore_row_order=True,
     )
     assert realtime_to_offline(spark, settings, MoveOptions(offline, T0 + 4 * H)).plan is None
+
+
+def test_a_backfill_committed_during_a_put_back_keeps_its_rows_though_another_was_read_before(
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, the second backfill of [00:00, 02:00) commits right before the first puts
+    the move's rows back; a third, of [04:00, 06:00), commits right after the first's commit,
+    so the put-back's look reads the announcements before the second announced. Its put-back
+    of the second's rows must still see the second's window: it owns the bucket, no move
+    would ever fix it."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    second = [order(0, T0 + 0.75 * H, "55.00"), order(20, T0 + 1.5 * H, "1.00")]
+    third = [order(2, T0 + 4.5 * H, "7.00")]
+    runs = {
+        name: BackfillOptions(
+            offline, write_jsonl(tmp_path / f"{name}.jsonl", rows), *window, now=NOW
+        )
+        for name, rows, window in [
+            ("second", second, (T0, T0 + 2 * H)),
+            ("third", third, (T0 + 4 * H, T0 + 6 * H)),
+        ]
+    }
+    writes: list[str] = []
+    real_write, real_keep = store.replace_where, gap.keep_moved
+
+    def interleaved(rows: DataFrame, path: str, where: str, app_id: str, *more: Any) -> None:
+        if app_id.startswith("backfill") and not writes:
+            writes.append("move")
+            upsert(spark, settings, offline, [order(0, T0 + 0.75 * H, "99.00")])
+            realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+        if app_id.endswith(":restore") and "second" not in writes:
+            writes.append("second")
+            backfill(spark, settings, runs["second"])
+        real_write(rows, path, where, app_id, *more)
+
+    def third_first(*args: Any) -> list[datetime]:
+        if "third" not in writes:
+            writes.append("third")
+            backfill(spark, settings, runs["third"])
+        return real_keep(*args)
+
+    monkeypatch.setattr(store, "replace_where", interleaved)
+    monkeypatch.setattr(gap, "keep_moved", third_first)
+    report = start_backfill(spark, settings, offline, tmp_path)()
+    monkeypatch.undo()
+
+    want = [*second, *FIXED, *third, orders[3]]
+    check(spark, settings, offline, want)
+    assert (writes, report.gap, report.kept_moved) == (["move", "third", "second"], [T0], [])
+    assert realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H)).plan is None
+    check(spark, settings, offline, want)
