@@ -70,7 +70,8 @@ class BackfillReport:
     content_hash: str = ""
     buckets: dict[datetime, BucketDiff] = field(default_factory=dict)
     gap: list[datetime] = field(default_factory=list)  # buckets moved from realtime with it
-    # Of those, the buckets a move committed while this ran: they keep the move's newer rows.
+    # Of those (or of a killed earlier run's), the buckets a move committed while it ran:
+    # they keep the move's newer rows.
     kept_moved: list[datetime] = field(default_factory=list)
     rule_failures: dict[str, int] = field(default_factory=dict)
     boundary_before: datetime | None = None
@@ -101,7 +102,8 @@ class BackfillReport:
         if self.kept_moved:
             lines.append(
                 f"  {len(self.kept_moved)} gap bucket(s) a move committed while this backfill "
-                "ran keep the move's newer rows, put back in one more commit"
+                "(or its killed earlier run) ran keep the move's newer rows, put back in one "
+                "more commit"
             )
         if any(self.rule_failures.values()):
             lines.append(f"  expectation failures (warn/drop): {self.rule_failures}")
@@ -160,7 +162,8 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
     before = boundary.current(spark, settings, options.table)
     report.boundary_before = before.boundary if before else None
     report.offline_version_before = tables.latest_version(spark, off_path)
-    owned = audit.owned_buckets(spark, settings, options.table, spec.bucket_seconds)
+    announced = audit.announcements(spark, settings, options.table)
+    owned = audit.owned_buckets(spark, settings, options.table, spec.bucket_seconds, announced)
     gap_start = before.boundary if before else None
     new_rows, report.gap = gap.with_gap(spark, rt_path, spec, rows, gap_start, options.start, owned)
     where = _predicate(options, report.gap)
@@ -176,13 +179,15 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
         report.boundary_after = report.boundary_before
         _record(spark, settings, options, report, seq, spec)
         return report
-    app_id = f"{guard.BACKFILL_APP}{options.table}:{digest[:16]}"
+    window = (options.start, options.end)
+    txn = (guard.backfill_app(options.table, digest, window), seq)
     columns = spark.read.format("delta").load(off_path).columns
-    window, txn = (options.start, options.end), (app_id, seq)
     since = report.offline_version_before  # read before the gap's realtime rows
     audit.announce_backfill(spark, settings, options.table, txn, window, since, report.gap)
     store.replace_where(new_rows.select(*[f"`{c}`" for c in columns]), off_path, where, *txn)
-    report.kept_moved = gap.keep_moved(spark, settings, options.table, txn, since, report.gap)
+    report.kept_moved = gap.keep_moved(
+        spark, settings, options.table, txn, since, report.gap, announced
+    )
     faults.point("after_offline_commit")
     report.offline_version_after = tables.latest_version(spark, off_path)
     if report.boundary_after != report.boundary_before and report.boundary_after is not None:

@@ -52,35 +52,37 @@ def keep_moved(
     txn: guard.Txn,
     since: int,
     gap: list[datetime],
+    announced: guard.Announcements,
 ) -> list[datetime]:
     """The gap buckets a move committed while this backfill ran, put back as the move left them
     (`guard.restore_moves`). A rerun after a crash finds its commit before `since` (Delta
     skipped the write as done): the first announcement tells what that commit wrote. A rerun
     under a new transaction (another backfill was recorded in between) finishes the put-backs
-    of the earlier runs of the same input too (`_unfinished`)."""
+    of its killed earlier runs too (`_unfinished`); their buckets are among those returned."""
     off_path = store.offline_path(settings, table)
-    announced = audit.announcements(spark, settings, table)
     if txn not in guard.commits_since(spark, off_path, since):
         first = _first_announcement(announced(), txn)
         since, gap = (first.offline_version, list(first.gap)) if first else (since, [])
     earlier = _unfinished(spark, settings, table, txn, announced() if txn[1] > 1 else [])
-    runs = [
-        # Not over this run's gap: its rows were read from a newer realtime version.
-        *((a.txn, a.offline_version, sorted(set(a.gap) - set(gap))) for a in earlier),
-        (txn, since, gap),
-    ]
+    # The earlier runs first: Delta skips a put-back under `<appId>:restore` whose seq is not
+    # above the last one committed, so a later run's would make theirs a silent no-op.
+    runs = [*((a.txn, a.offline_version, list(a.gap)) for a in earlier), (txn, since, gap)]
+    replaced = move.plan_replaces(spark, settings, table)
     restored: set[datetime] = set()
-    for run_txn, run_since, run_gap in runs:  # the earlier runs first
+    for run_txn, run_since, run_gap in runs:
+        keep_out = frozenset(gap) if run_txn != txn else frozenset()
         restored |= guard.restore_moves(
             spark,
             off_path,
             run_since,
             run_txn,
             move.app_id(table),
-            move.plan_replaces(spark, settings, table),
+            replaced,
             run_gap,
             announced,
             settings.offline_table(table).bucket_seconds,
+            # Not over this run's gap: its rows were read from a newer realtime version.
+            keep_out,
         )
     return sorted(restored)
 
@@ -98,17 +100,26 @@ def _unfinished(
     txn: guard.Txn,
     announced: list[guard.Announced],
 ) -> list[guard.Announced]:
-    """The first announcement of each earlier run of the same input (the same appId) that has no
-    `backfill_log` record: killed, perhaps after its commit and before its put-backs finished.
-    (A recorded run finished them; `restore_moves` does nothing for a run that never
-    committed, and its put-backs are idempotent.)"""
+    """The first announcement of each earlier run of this backfill (the same input over the
+    same window: the same appId) since the last recorded run of any backfill that has no
+    record as applied: killed, perhaps after its commit and before its put-backs finished.
+    (Older ones own nothing, as in `audit.owned_buckets`; `restore_moves` does nothing for a
+    run that never committed, and its put-backs are idempotent.)"""
     from pyspark.sql import functions as F
 
-    digest = txn[0].rsplit(":", 1)[-1]
     earlier = {a.txn for a in announced if a.txn[0] == txn[0] and a.txn[1] < txn[1]}
     if not earlier:
         return []
-    runs = audit.backfills(spark, settings, table).where(F.col("content_hash").startswith(digest))
-    recorded = {int(r["seq"]) for r in runs.select("seq").collect()}
-    firsts = (_first_announcement(announced, t) for t in sorted(earlier) if t[1] not in recorded)
-    return [a for a in firsts if a is not None]
+    recorded = audit.backfills(spark, settings, table)
+    last = recorded.agg({"seq": "max"}).collect()[0][0] or 0
+    digest = txn[0].split(":")[-2]
+    window_from, window_to = next(a.window for a in announced if a.txn in earlier)
+    mine = recorded.where(
+        (F.col("status") == "applied")
+        & F.col("content_hash").startswith(digest)
+        & (F.col("window_from") == F.lit(window_from))
+        & (F.col("window_to") == F.lit(window_to))
+    )
+    applied = {int(r["seq"]) for r in mine.select("seq").collect()}
+    runs = sorted(t for t in earlier if t[1] >= last and t[1] not in applied)
+    return [a for a in (_first_announcement(announced, t) for t in runs) if a is not None]

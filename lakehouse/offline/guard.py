@@ -7,10 +7,10 @@ replace the backfilled window with realtime rows. Right before it writes, the mo
 looks again (`backfilled_in`) and leaves out the window of any backfill committed since its
 plan, so readers never see that window's realtime rows again (a resume after the write does
 not look: it cannot tell what the look saw). A backfill that commits between that look and the
-move's write is the one case left; the move closes it after its commit:
-it finds the backfill commits that landed between the offline version it planned at and its
-own commit (each backfill commit carries a Delta transaction `backfill:<table>:<hash>`/seq,
-announced with its window in `_system/offline_log` before the commit), and puts the rows of the
+move's write is the one case left; the move closes it after its commit: it finds the backfill
+commits that landed between the offline version it planned at and its own commit (each
+backfill commit carries a Delta transaction `backfill:<table>:<hash>:<window>`/seq, announced
+with its window in `_system/offline_log` before the commit), and puts the rows of the
 buckets it overwrote back as they were just before its commit, in one more commit, before the
 boundary moves. A backfill that commits after the move simply wins (its commit is later).
 
@@ -46,6 +46,19 @@ BACKFILL_APP = "backfill:"
 RESTORE = ":restore"  # the suffix of a put-back's appId
 
 
+def backfill_app(table: str, digest: str, window: tuple[datetime, datetime]) -> str:
+    """A backfill's appId: its input and its window. A rerun after a crash, the same input
+    over the same window, has its first run's (Delta skips a write already committed); the
+    same input over another window is another write."""
+    start, end = (f"{w:%Y%m%dT%H%M%S}" for w in window)
+    return f"{BACKFILL_APP}{table}:{digest[:16]}:{start}-{end}"
+
+
+def is_backfill(app: str) -> bool:
+    """A backfill's own commit (announced with its window), not a put-back (`RESTORE`)."""
+    return app.startswith(BACKFILL_APP) and RESTORE not in app
+
+
 @dataclass(frozen=True)
 class Announced:
     """A backfill's window, announced before its commit."""
@@ -70,10 +83,7 @@ class Announcements:
 
     def __call__(self, commits: Iterable[Txn] = ()) -> list[Announced]:
         known = {a.txn for a in self._seen or ()}
-        unknown = any(
-            app.startswith(BACKFILL_APP) and RESTORE not in app and (app, seq) not in known
-            for app, seq in commits
-        )
+        unknown = any(is_backfill(app) and (app, seq) not in known for app, seq in commits)
         if self._seen is None or unknown:
             self._seen = self._read()
         return self._seen
@@ -118,7 +128,7 @@ def backfilled_in(
 ) -> set[datetime]:
     """The buckets of the backfills among `commits` (those since a move's plan): its write
     leaves them out. `announced` is read only when a backfill commit is among them."""
-    if not any(app.startswith(BACKFILL_APP) for app, _seq in commits):
+    if not any(is_backfill(app) for app, _seq in commits):
         return set()
     return {
         b
@@ -148,7 +158,7 @@ def restore_backfills(
     if mine is None:
         return set()
     before = {t for t, v in commits.items() if v < mine}
-    if not any(app.startswith(BACKFILL_APP) for app, _seq in before):
+    if not any(is_backfill(app) for app, _seq in before):
         return set()
     backfills = announced(before)
     hit = {
@@ -176,6 +186,7 @@ def restore_moves(
     gap: list[datetime],
     announced: Announcements,
     bucket_seconds: int,
+    keep_out: frozenset[datetime] = frozenset(),
 ) -> set[datetime]:
     """After the commit of backfill `txn`, which also wrote the `gap` buckets (between the
     boundary and its window) from the realtime version it read while the offline table was at
@@ -185,8 +196,9 @@ def restore_moves(
     `txn`), in one commit, unless a later move replaced them again or a later backfill's
     window holds them; a backfill committing to the gap between that look and the put-back is
     put back in turn (also on a rerun that finds the put-back done). `move_app`: the moves'
-    appId; `replaced(n, bucket)`: whether move plan n replaces the bucket. Returns the buckets
-    that keep the move's rows.
+    appId; `replaced(n, bucket)`: whether move plan n replaces the bucket; `keep_out`: buckets a
+    later run rewrote from a newer realtime version. Returns the buckets that keep the move's
+    rows.
     (What this does not see: a move or a later backfill's gap writing them in that moment, a
     move planned after the plans were read. Those keep older rows until the next move, which
     moves the gap of every backfill committed since its predecessor again: `gaps_committed`.)"""
@@ -199,7 +211,7 @@ def restore_moves(
         done = [(n, v) for (app, n), v in commits.items() if app == move_app]
         hit = {b for b in gap for n, v in done if v < mine and replaced(n, b)}
         hit -= {b for b in hit for n, v in done if v > mine and replaced(n, b)}
-        hit -= _backfilled_after(commits, mine, announced, bucket_seconds)
+        hit -= _backfilled_after(commits, mine, announced, bucket_seconds) | keep_out
         if restore not in commits:  # not a rerun after the put-back
             if not hit:
                 return hit
@@ -254,7 +266,7 @@ def _backfilled_after(
     later backfill wins, so nothing is put back over it. `announced` is read only when a
     backfill committed after `mine`."""
     after = [t for t, v in commits.items() if v > mine]
-    if not any(app.startswith(BACKFILL_APP) for app, _seq in after):
+    if not any(is_backfill(app) for app, _seq in after):
         return set()
     return {
         b

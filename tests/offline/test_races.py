@@ -9,6 +9,7 @@ pipeline's fault test found this race with real jobs; timing cannot hit it relia
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -106,11 +107,10 @@ def test_a_first_move_planned_before_a_backfill_leaves_the_backfilled_window_alo
 
     result = realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
 
-    assert writes[:3] == [
-        "backfill, forced in",
-        f"backfill:{offline}:" + writes[1].split(":")[2],
-        f"realtime_to_offline:{offline}",
-    ]
+    assert [writes[0], *writes[2:3]] == ["backfill, forced in", f"realtime_to_offline:{offline}"]
+    # The backfill's own transaction: its input's hash and its window.
+    own = rf"backfill:{offline}:[0-9a-f]{{16}}:20260101T020000-20260101T040000"
+    assert re.fullmatch(own, writes[1]), writes[1]
     assert writes[3:] == [f"realtime_to_offline:{offline}:restore"]  # the backfill put back
     assert result.restored == {WINDOW[0]}
     check(spark, settings, offline, expected(orders))
@@ -578,3 +578,26 @@ def test_a_backfill_committed_during_a_put_back_keeps_its_rows_though_another_wa
     assert (writes, report.gap, report.kept_moved) == (["move", "third", "second"], [T0], [])
     assert realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H)).plan is None
     check(spark, settings, offline, want)
+
+
+def test_a_backfill_killed_after_its_commit_and_rerun_over_a_wider_window_replaces_that_window(
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same input over [02:00, 04:00), killed after its commit and before its record, then
+    run again over [02:00, 06:00) to clear order 2 too: a new write, not the first one's
+    transaction (which Delta would skip as done, leaving order 2 while recording it applied)."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+    path = write_jsonl(tmp_path / "fix.jsonl", FIXED)
+    with monkeypatch.context() as patch:
+        patch.setattr(backfill_module, "_record", kill)
+        with pytest.raises(Killed):
+            backfill(spark, settings, BackfillOptions(offline, path, *WINDOW, now=NOW))
+
+    wider = BackfillOptions(offline, path, WINDOW[0], WINDOW[1] + 2 * H, now=NOW)
+    report = backfill(spark, settings, wider)
+
+    assert report.status == "applied"
+    check(spark, settings, offline, [orders[0], *FIXED, orders[3]])
