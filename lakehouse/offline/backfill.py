@@ -183,6 +183,15 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
     txn = (guard.backfill_app(options.table, digest, window), seq)
     columns = spark.read.format("delta").load(off_path).columns
     since = report.offline_version_before  # read before the gap's realtime rows
+    # A backfill committed since this one read the gap owns its window: look again, as a move
+    # does, and leave it out (one committing after this look is put back: `gap.keep_moved`).
+    taken = guard.backfilled_in(
+        guard.commits_since(spark, off_path, since), announced, spec.bucket_seconds
+    ) & set(report.gap)
+    if taken:
+        report.gap = sorted(set(report.gap) - taken)
+        new_rows = new_rows.where(~store.in_buckets(sorted(taken)))
+        where = _predicate(options, report.gap)
     audit.announce_backfill(spark, settings, options.table, txn, window, since, report.gap)
     store.replace_where(new_rows.select(*[f"`{c}`" for c in columns]), off_path, where, *txn)
     report.kept_moved = gap.keep_moved(

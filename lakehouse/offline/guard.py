@@ -168,7 +168,7 @@ def restore_backfills(
         for b in buckets.starts(*a.window, bucket_seconds)
         if replaced(b)
     }
-    hit -= _backfilled_after(commits, mine, announced, bucket_seconds)
+    hit -= _backfilled(commits, mine, None, announced, bucket_seconds)
     if hit:
         # No retry on a write conflict: that is a backfill committing to these buckets right
         # now, whose rows must win; the caller fails and its resume (or rerun) decides again.
@@ -194,11 +194,12 @@ def restore_moves(
     version, and the next move reads changes only since that one, so the backfill's older copy
     would stay. Such buckets are put back as the move left them (from the version just before
     `txn`), in one commit, unless a later move replaced them again or a later backfill's
-    window holds them; a backfill committing to the gap between that look and the put-back is
-    put back in turn (also on a rerun that finds the put-back done). `move_app`: the moves'
-    appId; `replaced(n, bucket)`: whether move plan n replaces the bucket; `keep_out`: buckets a
-    later run rewrote from a newer realtime version. Returns the buckets that keep the move's
-    rows.
+    window holds them; so are those in the window of a backfill committed in between (it owns
+    them: no move would rewrite them). A backfill committing to the gap between that look and
+    the put-back is put back in turn (also on a rerun that finds the put-back done).
+    `move_app`: the moves' appId; `replaced(n, bucket)`: whether move plan n replaces the
+    bucket; `keep_out`: buckets a later run rewrote from a newer realtime version. Returns the
+    buckets that keep the move's rows.
     (What this does not see: a move or a later backfill's gap writing them in that moment, a
     move planned after the plans were read. Those keep older rows until the next move, which
     moves the gap of every backfill committed since its predecessor again: `gaps_committed`.)"""
@@ -211,12 +212,16 @@ def restore_moves(
         done = [(n, v) for (app, n), v in commits.items() if app == move_app]
         hit = {b for b in gap for n, v in done if v < mine and replaced(n, b)}
         hit -= {b for b in hit for n, v in done if v > mine and replaced(n, b)}
-        hit -= _backfilled_after(commits, mine, announced, bucket_seconds) | keep_out
+        # A backfill that committed to the gap after this one read it owns those buckets: the
+        # commit wrote over them with the realtime rows, and no move rewrites an owned bucket.
+        owned = set(gap) & _backfilled(commits, since, mine, announced, bucket_seconds)
+        later = _backfilled(commits, mine, None, announced, bucket_seconds) | keep_out
+        hit, owned = hit - later, owned - later
         if restore not in commits:  # not a rerun after the put-back
-            if not hit:
+            if not hit | owned:
                 return hit
             try:
-                _put_back(spark, path, mine, hit, txn)
+                _put_back(spark, path, mine, hit | owned, txn)
             except Exception as exc:
                 # A move writing these buckets right now: its rows are newer still, so look
                 # again (it is a later move then) rather than retry the same rows over it.
@@ -227,7 +232,7 @@ def restore_moves(
         won = restore_backfills(
             spark, path, announced, mine, restore, set(gap).__contains__, bucket_seconds
         )
-        return hit - won
+        return hit - owned - won
     raise AssertionError("not reached: the last attempt returns or raises")
 
 
@@ -256,22 +261,23 @@ def gaps_committed(
     return {b for a in announced(txns) if a.txn in txns for b in a.gap}
 
 
-def _backfilled_after(
+def _backfilled(
     commits: dict[Txn, int],
-    mine: int,
+    after: int,
+    before: int | None,
     announced: Announcements,
     bucket_seconds: int,
 ) -> set[datetime]:
-    """The buckets of the backfills among `commits` that committed after version `mine`: a
-    later backfill wins, so nothing is put back over it. `announced` is read only when a
-    backfill committed after `mine`."""
-    after = [t for t, v in commits.items() if v > mine]
-    if not any(is_backfill(app) for app, _seq in after):
+    """The buckets of the backfills among `commits` that committed in versions (after, before)
+    (None: no end). After a commit, a later backfill wins, so nothing is put back over it.
+    `announced` is read only when a backfill committed in between."""
+    inside = [t for t, v in commits.items() if v > after and (before is None or v < before)]
+    if not any(is_backfill(app) for app, _seq in inside):
         return set()
     return {
         b
-        for a in announced(after)
-        if commits.get(a.txn, -1) > mine
+        for a in announced(inside)
+        if a.txn in inside
         for b in buckets.starts(*a.window, bucket_seconds)
     }
 

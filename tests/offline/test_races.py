@@ -107,7 +107,7 @@ def test_a_first_move_planned_before_a_backfill_leaves_the_backfilled_window_alo
 
     result = realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
 
-    assert [writes[0], *writes[2:3]] == ["backfill, forced in", f"realtime_to_offline:{offline}"]
+    assert [writes[0], writes[2]] == ["backfill, forced in", f"realtime_to_offline:{offline}"]
     # The backfill's own transaction: its input's hash and its window.
     own = rf"backfill:{offline}:[0-9a-f]{{16}}:20260101T020000-20260101T040000"
     assert re.fullmatch(own, writes[1]), writes[1]
@@ -601,3 +601,57 @@ def test_a_backfill_killed_after_its_commit_and_rerun_over_a_wider_window_replac
 
     assert report.status == "applied"
     check(spark, settings, offline, [orders[0], *FIXED, orders[3]])
+
+
+@pytest.mark.parametrize("at", ["before_the_look", "at_the_write"])
+def test_a_backfill_committed_to_another_backfills_gap_while_it_runs_keeps_its_rows(
+    spark: SparkSession,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    at: str,
+) -> None:
+    """No boundary yet: the first backfill, of [02:00, 04:00), reads the gap [00:00, 02:00)
+    from realtime at its start. Before its commit a second backfill of [00:00, 02:00) runs
+    whole, and owns that bucket: no move would ever fix it. Before the first's look right
+    before its write, the first leaves the bucket out of its gap; at its write, the first's
+    commit writes the gap's realtime rows over it and puts the second's rows back right after."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    second = [order(0, T0 + 0.75 * H, "55.00"), order(20, T0 + 1.5 * H, "1.00")]
+    second_input = write_jsonl(tmp_path / "second.jsonl", second)
+    second_options = BackfillOptions(offline, second_input, T0, T0 + 2 * H, now=NOW)
+    ran: list[str] = []
+
+    def run_second() -> None:
+        if not ran:
+            ran.append("second")
+            ran.append(backfill(spark, settings, second_options).status)
+
+    real_gap, real_write = gap.with_gap, store.replace_where
+
+    def second_after_the_gap(*args: Any) -> Any:
+        found = real_gap(*args)
+        run_second()
+        return found
+
+    def second_at_the_write(
+        rows: DataFrame, path: str, where: str, app_id: str, *more: Any
+    ) -> None:
+        if app_id.startswith("backfill"):
+            run_second()
+        real_write(rows, path, where, app_id, *more)
+
+    if at == "before_the_look":
+        monkeypatch.setattr(gap, "with_gap", second_after_the_gap)
+    else:
+        monkeypatch.setattr(store, "replace_where", second_at_the_write)
+    report = start_backfill(spark, settings, offline, tmp_path)()
+    monkeypatch.undo()
+
+    gap_written = [] if at == "before_the_look" else [T0]
+    assert (ran, report.gap, report.kept_moved) == (["second", "applied"], gap_written, [])
+    check_offline(spark, settings, offline, [*second, *FIXED])
+    realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+    check(spark, settings, offline, [*second, *FIXED, *orders[2:]])
