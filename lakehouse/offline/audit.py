@@ -23,7 +23,7 @@ from lakehouse.core.settings import Settings
 from lakehouse.offline import buckets, guard, store
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.types import StructType
 
 MOVE_PLANNED, MOVED = "move_planned", "moved"
@@ -148,23 +148,35 @@ def owned_buckets(
     announced: guard.Announcements | None = None,
 ) -> set[datetime]:
     """The bucket starts inside the window of any backfill of `table` that committed: those
-    recorded as applied, and those of the run under way (or killed) since the last record that
-    announced their window and whose commit is in the offline table's log (the record comes
-    only at a backfill's end). Once a later run is recorded, an unrecorded run owns nothing
-    (it failed; only the recorded runs are kept), which also bounds the log read to the
-    commits since the current run's announcement."""
-    recorded = backfills(spark, settings, table)
+    recorded as applied, and the runs under way (or killed) that announced their window since
+    the last record, have no record of their own, and whose commit is in the offline table's
+    log (the record comes only at a backfill's end). A run is told by its transaction,
+    not its seq alone: two backfills that start together take the same seq, and the one
+    recorded first must not disown the other. Once a later seq is recorded, an unrecorded run
+    owns nothing (it failed; only the recorded runs are kept), which also bounds the log read
+    to the commits since the current run's announcement."""
+    runs = backfills(spark, settings, table).select(*RUN_COLUMNS).collect()
     owned: set[datetime] = set()
-    windows = recorded.where("status = 'applied'").select("window_from", "window_to")
-    for row in windows.distinct().collect():
-        owned.update(buckets.starts(row["window_from"], row["window_to"], bucket))
-    last = recorded.agg({"seq": "max"}).collect()[0][0] or 0
+    for row in runs:
+        if row["status"] == "applied":
+            owned.update(buckets.starts(row["window_from"], row["window_to"], bucket))
+    last = max((int(row["seq"]) for row in runs), default=0)
+    recorded = {run_txn(table, row) for row in runs}
     announced = announced or announcements(spark, settings, table)
-    pending = [a for a in announced() if a.txn[1] > last]
+    pending = [a for a in announced() if a.txn[1] >= last and a.txn not in recorded]
     path = store.offline_path(settings, table)
     for a in guard.committed(spark, path, pending, tables.latest_version(spark, path)):
         owned.update(buckets.starts(*a.window, bucket))
     return owned
+
+
+RUN_COLUMNS = ("seq", "status", "content_hash", "window_from", "window_to")
+
+
+def run_txn(table: str, row: Row) -> guard.Txn:
+    """The Delta transaction of the recorded run `row` (of `RUN_COLUMNS`)."""
+    window = (row["window_from"], row["window_to"])
+    return guard.backfill_app(table, row["content_hash"], window), int(row["seq"])
 
 
 def move_events(spark: SparkSession, settings: Settings, table: str) -> list[dict[str, Any]]:

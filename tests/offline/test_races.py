@@ -655,3 +655,36 @@ def test_a_backfill_committed_to_another_backfills_gap_while_it_runs_keeps_its_r
     check_offline(spark, settings, offline, [*second, *FIXED])
     realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
     check(spark, settings, offline, [*second, *FIXED, *orders[2:]])
+
+
+def test_a_backfill_committed_but_not_yet_recorded_keeps_its_window_though_another_was_recorded_at_its_seq(  # noqa: E501
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two backfills that start together both take seq 1 (the count of records + 1). The first
+    commits [02:00, 04:00); before it is recorded, the second (of its gap, [00:00, 02:00)) runs
+    whole and is recorded at seq 1, then a move plans. The first run still owns its window
+    (committed, no record of its own): the move must not write the realtime rows over it."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    second = [order(0, T0 + 0.75 * H, "55.00"), order(20, T0 + 1.5 * H, "1.00")]
+    second_input = write_jsonl(tmp_path / "second.jsonl", second)
+    second_options = BackfillOptions(offline, second_input, T0, T0 + 2 * H, now=NOW)
+    ran: list[str] = []
+    real_keep_moved = gap.keep_moved
+
+    def second_and_a_move_after_the_commit(*args: Any) -> Any:
+        if not ran:
+            ran.append("second")
+            ran.append(backfill(spark, settings, second_options).status)
+            moved = realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+            ran.append(",".join(sorted(b[11:13] for b in moved.rows)))
+        return real_keep_moved(*args)
+
+    monkeypatch.setattr(gap, "keep_moved", second_and_a_move_after_the_commit)
+    report = start_backfill(spark, settings, offline, tmp_path)()
+    monkeypatch.undo()
+
+    seqs = [r["seq"] for r in audit.backfills(spark, settings, offline).collect()]
+    assert (ran, report.status, seqs) == (["second", "applied", "04,06"], "applied", [1, 1])
+    check(spark, settings, offline, [*second, *FIXED, *orders[2:]])
