@@ -61,7 +61,7 @@ def keep_moved(
     of its killed earlier runs too (`_unfinished`); their buckets are among those returned."""
     off_path = store.offline_path(settings, table)
     if txn not in guard.commits_since(spark, off_path, since):
-        first = _first_announcement(announced(), txn)
+        first = guard.first_announcement(announced(), txn)
         since, gap = (first.offline_version, list(first.gap)) if first else (since, [])
     earlier = _unfinished(spark, settings, table, txn, announced() if txn[1] > 1 else [])
     # The earlier runs first: Delta skips a put-back under `<appId>:restore` whose seq is not
@@ -85,12 +85,6 @@ def keep_moved(
             keep_out,
         )
     return sorted(restored)
-
-
-def _first_announcement(announced: list[guard.Announced], txn: guard.Txn) -> guard.Announced | None:
-    """A run's first announcement: a rerun under the same transaction announces again."""
-    mine = [a for a in announced if a.txn == txn]
-    return min(mine, key=lambda a: a.offline_version, default=None)
 
 
 def _unfinished(
@@ -122,4 +116,4 @@ def _unfinished(
     )
     applied = {int(r["seq"]) for r in mine.select("seq").collect()}
     runs = sorted(t for t in earlier if t[1] >= last and t[1] not in applied)
-    return [a for a in (_first_announcement(announced, t) for t in runs) if a is not None]
+    return [a for a in (guard.first_announcement(announced, t) for t in runs) if a is not None]

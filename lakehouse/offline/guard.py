@@ -236,6 +236,55 @@ def restore_moves(
     raise AssertionError("not reached: the last attempt returns or raises")
 
 
+def finish_put_backs(
+    spark: SparkSession,
+    path: str,
+    announced: Announcements,
+    since: int | None,
+    bucket_seconds: int,
+) -> set[datetime] | None:
+    """A backfill killed between putting a move's rows back over its gap (`<appId>:restore`)
+    and putting back the backfills that committed to the gap during that (`restore_backfills`
+    under `<appId>:restore:restore`) leaves their buckets with the move's rows, and no move
+    rewrites an owned bucket: the next move finishes each put-back committed since `since`
+    (the offline version its predecessor planned at; None: ever), idempotent under the same
+    transaction, whether the backfill is rerun or not. Returns the buckets put back; None on
+    a write conflict (that backfill finishing it now, or another committing to the buckets):
+    the move then waits for its next run, which looks again from the same version."""
+    start = -1 if since is None else since
+    commits = txn_commits(spark, path, start, tables.latest_version(spark, path))
+    started = [
+        (app.removesuffix(RESTORE), seq)
+        for app, seq in commits
+        if app.startswith(BACKFILL_APP) and app.endswith(RESTORE) and app.count(RESTORE) == 1
+    ]
+    put_back: set[datetime] = set()
+    for txn in started:
+        restore = (f"{txn[0]}{RESTORE}", txn[1])
+        first = first_announcement(announced([txn]), txn)
+        if first is None or (f"{restore[0]}{RESTORE}", txn[1]) in commits:
+            continue  # not a backfill's put-back, or finished
+        mine = txn_commits(spark, path, first.offline_version, commits[restore]).get(txn)
+        if mine is None:
+            continue
+        try:
+            put_back |= restore_backfills(
+                spark, path, announced, mine, restore, set(first.gap).__contains__, bucket_seconds
+            )
+        except Exception as exc:
+            if not tables.is_write_conflict(exc):
+                raise
+            return None
+    return put_back
+
+
+def first_announcement(announced: list[Announced], txn: Txn) -> Announced | None:
+    """A run's first announcement: a rerun under the same transaction announces again (its
+    write skipped as done, the first one's gap is what the commit wrote)."""
+    mine = [a for a in announced if a.txn == txn]
+    return min(mine, key=lambda a: a.offline_version, default=None)
+
+
 def gaps_committed(
     spark: SparkSession,
     path: str,

@@ -174,6 +174,12 @@ def realtime_to_offline(
         plan, result.resumed = pending, True
         log.info("%s: resuming unfinished move %d", options.table, plan.n)
     else:
+        announced = audit.announcements(spark, settings, options.table)
+        since = _planned_at(done)
+        if guard.finish_put_backs(spark, off_path, announced, since, spec.bucket_seconds) is None:
+            log.warning("%s: a backfill's put-back raced this move; next run", options.table)
+            result.boundary_after = result.boundary_before
+            return result
         planned = _plan(spark, settings, options.table, spec, now, before, done)
         if planned is None:
             result.boundary_after = result.boundary_before

@@ -413,9 +413,14 @@ def test_a_move_that_reads_past_a_backfills_gap_without_writing_it_leaves_no_sta
 
 
 @pytest.mark.parametrize(
-    ("second_killed", "killed"),
-    [(False, False), (True, True), (False, True)],
-    ids=["whole", "both_killed_after_commit", "first_killed_after_the_second_is_recorded"],
+    ("second_killed", "killed", "rerun"),
+    [(False, False, True), (True, True, True), (False, True, True), (False, True, False)],
+    ids=[
+        "whole",
+        "both_killed_after_commit",
+        "first_killed_after_the_second_is_recorded",
+        "first_killed_and_never_rerun",
+    ],
 )
 def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its_rows(
     spark: SparkSession,
@@ -424,13 +429,15 @@ def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its
     monkeypatch: pytest.MonkeyPatch,
     second_killed: bool,
     killed: bool,
+    rerun: bool,
 ) -> None:
     """As above, a whole move commits the gap while the first backfill runs, so the backfill
     puts the move's rows back after its commit. A second backfill of [00:00, 02:00) commits
     right before that put-back: its rows win over the move's, then and after the next move.
     Killed: the first is killed right after its put-back, and its rerun (both writes done)
     puts the second's rows back. The second killed right after its commit, the rerun has the
-    first's transaction; the second recorded, it has a new one and finishes the first's."""
+    first's transaction; the second recorded, it has a new one and finishes the first's. Never
+    rerun, the next move finishes it (the first's window stays its own: it committed)."""
     offline, settings = offline_setup(spark, settings)
     orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
     upsert(spark, settings, offline, orders)
@@ -469,10 +476,14 @@ def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its
         with pytest.raises(Killed):
             run_first()
         monkeypatch.undo()
+    want = [*second, *FIXED, *orders[2:]]
+    if not rerun:
+        realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+        check(spark, settings, offline, want)
+        return
     report = run_first()
     monkeypatch.undo()
 
-    want = [*second, *FIXED, *orders[2:]]
     check(spark, settings, offline, want)
     if second_killed:  # its rerun (a new transaction now the first is recorded) changes nothing
         backfill(spark, settings, second_options)
