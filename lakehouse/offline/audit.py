@@ -140,6 +140,9 @@ def announcements(spark: SparkSession, settings: Settings, table: str) -> guard.
     return guard.Announcements(partial(announced_backfills, spark, settings, table))
 
 
+RUN_COLUMNS = ("seq", "status", "content_hash", "window_from", "window_to")
+
+
 def owned_buckets(
     spark: SparkSession,
     settings: Settings,
@@ -168,9 +171,6 @@ def owned_buckets(
     for a in guard.committed(spark, path, pending, tables.latest_version(spark, path)):
         owned.update(buckets.starts(*a.window, bucket))
     return owned
-
-
-RUN_COLUMNS = ("seq", "status", "content_hash", "window_from", "window_to")
 
 
 def run_txn(table: str, row: Row) -> guard.Txn:

@@ -190,6 +190,7 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
     ) & set(report.gap)
     if taken:
         report.gap = sorted(set(report.gap) - taken)
+        report.buckets = {b: d for b, d in report.buckets.items() if b not in taken}
         new_rows = new_rows.where(~store.in_buckets(sorted(taken)))
         where = _predicate(options, report.gap)
     audit.announce_backfill(spark, settings, options.table, txn, window, since, report.gap)

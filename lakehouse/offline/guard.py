@@ -172,7 +172,13 @@ def restore_backfills(
     if hit:
         # No retry on a write conflict: that is a backfill committing to these buckets right
         # now, whose rows must win; the caller fails and its resume (or rerun) decides again.
-        _put_back(spark, path, mine, hit, txn)
+        # Unless it was this very put-back, committed by another (a move finishing it).
+        try:
+            _put_back(spark, path, mine, hit, txn)
+        except Exception as exc:
+            same = (f"{txn[0]}{RESTORE}", txn[1])
+            if not tables.is_write_conflict(exc) or same not in commits_since(spark, path, since):
+                raise
     return hit
 
 
@@ -241,41 +247,40 @@ def finish_put_backs(
     path: str,
     announced: Announcements,
     since: int | None,
+    until: int,
     bucket_seconds: int,
-) -> set[datetime] | None:
+) -> bool:
     """A backfill killed between putting a move's rows back over its gap (`<appId>:restore`)
     and putting back the backfills that committed to the gap during that (`restore_backfills`
     under `<appId>:restore:restore`) leaves their buckets with the move's rows, and no move
-    rewrites an owned bucket: the next move finishes each put-back committed since `since`
-    (the offline version its predecessor planned at; None: ever), idempotent under the same
-    transaction, whether the backfill is rerun or not. Returns the buckets put back; None on
-    a write conflict (that backfill finishing it now, or another committing to the buckets):
-    the move then waits for its next run, which looks again from the same version."""
-    start = -1 if since is None else since
-    commits = txn_commits(spark, path, start, tables.latest_version(spark, path))
+    rewrites an owned bucket: the next move finishes each put-back committed in versions
+    (since, until] (since the offline version its predecessor planned at, None: ever, up to
+    its own plan's), idempotent under the same transaction, whether the backfill is rerun or
+    not. False on a write conflict (another backfill committing to the buckets): the move then
+    waits for its next run, which looks again from the same version. (A put-back with nothing
+    to put back commits nothing, so each move until the next plan looks at it again.)"""
+    commits = txn_commits(spark, path, -1 if since is None else since, until)
     started = [
         (app.removesuffix(RESTORE), seq)
         for app, seq in commits
         if app.startswith(BACKFILL_APP) and app.endswith(RESTORE) and app.count(RESTORE) == 1
     ]
-    put_back: set[datetime] = set()
     for txn in started:
         restore = (f"{txn[0]}{RESTORE}", txn[1])
         first = first_announcement(announced([txn]), txn)
         if first is None or (f"{restore[0]}{RESTORE}", txn[1]) in commits:
-            continue  # not a backfill's put-back, or finished
+            continue  # not announced (not a backfill's), or finished
         mine = txn_commits(spark, path, first.offline_version, commits[restore]).get(txn)
         if mine is None:
             continue
+        gap = set(first.gap).__contains__
         try:
-            put_back |= restore_backfills(
-                spark, path, announced, mine, restore, set(first.gap).__contains__, bucket_seconds
-            )
+            restore_backfills(spark, path, announced, mine, restore, gap, bucket_seconds)
         except Exception as exc:
             if not tables.is_write_conflict(exc):
                 raise
-            return None
-    return put_back
+            return False
+    return True
 
 
 def first_announcement(announced: list[Announced], txn: Txn) -> Announced | None:

@@ -174,12 +174,6 @@ def realtime_to_offline(
         plan, result.resumed = pending, True
         log.info("%s: resuming unfinished move %d", options.table, plan.n)
     else:
-        announced = audit.announcements(spark, settings, options.table)
-        since = _planned_at(done)
-        if guard.finish_put_backs(spark, off_path, announced, since, spec.bucket_seconds) is None:
-            log.warning("%s: a backfill's put-back raced this move; next run", options.table)
-            result.boundary_after = result.boundary_before
-            return result
         planned = _plan(spark, settings, options.table, spec, now, before, done)
         if planned is None:
             result.boundary_after = result.boundary_before
@@ -240,7 +234,8 @@ def _plan(
     before: boundary.Boundary | None,
     done: dict[str, Any] | None,
 ) -> Plan | None:
-    """The next move, or None when there is nothing to do."""
+    """The next move, or None when there is nothing to do (or a backfill's put-back that it
+    finishes first raced it: the next run looks again from the same version)."""
     rt_path = store.realtime_path(settings, spec)
     version = tables.latest_version(spark, rt_path)
     start = before.boundary if before else None
@@ -255,8 +250,12 @@ def _plan(
     announced = audit.announcements(spark, settings, table)
     owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds, announced)
     moved_before = [b for b in changed if start is not None and b < start]
-    # A backfill's gap came from an older realtime version than this one: move it again.
     since = _planned_at(done)
+    bucket = spec.bucket_seconds
+    if not guard.finish_put_backs(spark, off_path, announced, since, offline_version, bucket):
+        log.warning("%s: a backfill's put-back raced this move; the next run finishes it", table)
+        return None
+    # A backfill's gap came from an older realtime version than this one: move it again.
     regap = guard.gaps_committed(spark, off_path, announced, since, offline_version)
     late = sorted(b for b in moved_before if b not in owned)
     regap -= {*late, *owned}

@@ -663,6 +663,7 @@ def test_a_backfill_committed_to_another_backfills_gap_while_it_runs_keeps_its_r
 
     gap_written = [] if at == "before_the_look" else [T0]
     assert (ran, report.gap, report.kept_moved) == (["second", "applied"], gap_written, [])
+    assert sorted(report.buckets) == [*gap_written, WINDOW[0]]  # what the record counts
     check_offline(spark, settings, offline, [*second, *FIXED])
     realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
     check(spark, settings, offline, [*second, *FIXED, *orders[2:]])
