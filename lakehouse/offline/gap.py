@@ -87,6 +87,43 @@ def keep_moved(
     return sorted(restored)
 
 
+def finish_killed(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    since: int | None,
+    until: int,
+    announced: guard.Announcements,
+) -> bool:
+    """A backfill killed anywhere after its commit, and perhaps never rerun, left put-backs
+    undone (`keep_moved`): older rows in buckets a backfill owns, which no move rewrites. The
+    next move finishes them before it plans: for each backfill committed, or put back, in
+    offline versions (since, until] (since the version its predecessor planned at, None: ever,
+    up to its own plan's), its latest run there and that run's unfinished earlier runs, as its
+    own rerun would (idempotent under the same transactions; a backfill still running and
+    doing the same is harmless). False on a write conflict (a backfill committing to those
+    buckets): the move then waits for its next run, which looks again from the same version."""
+    off_path = store.offline_path(settings, table)
+    latest: dict[str, int] = {}
+    for app, seq in guard.txn_commits(spark, off_path, -1 if since is None else since, until):
+        if app.startswith(guard.BACKFILL_APP):
+            run = app.split(guard.RESTORE)[0]
+            latest[run] = max(seq, latest.get(run, seq))
+    for txn in sorted(latest.items()):
+        first = guard.first_announcement(announced([txn]), txn)
+        if first is None:
+            continue  # not announced: not a backfill's
+        try:
+            keep_moved(
+                spark, settings, table, txn, first.offline_version, list(first.gap), announced
+            )
+        except Exception as exc:
+            if not tables.is_write_conflict(exc):
+                raise
+            return False
+    return True
+
+
 def _unfinished(
     spark: SparkSession,
     settings: Settings,

@@ -231,56 +231,19 @@ def restore_moves(
             except Exception as exc:
                 # A move writing these buckets right now: its rows are newer still, so look
                 # again (it is a later move then) rather than retry the same rows over it.
-                if attempt == _RESTORE_ATTEMPTS or not tables.is_write_conflict(exc):
+                if not tables.is_write_conflict(exc):
                     raise
-                continue
+                if attempt < _RESTORE_ATTEMPTS:
+                    continue
+                # Unless this very put-back committed (a move finishing it): go on from there.
+                if restore not in commits_since(spark, path, since):
+                    raise
         # Every gap bucket: one the look left alone is rewritten with the same rows.
         won = restore_backfills(
             spark, path, announced, mine, restore, set(gap).__contains__, bucket_seconds
         )
         return hit - owned - won
     raise AssertionError("not reached: the last attempt returns or raises")
-
-
-def finish_put_backs(
-    spark: SparkSession,
-    path: str,
-    announced: Announcements,
-    since: int | None,
-    until: int,
-    bucket_seconds: int,
-) -> bool:
-    """A backfill killed between putting a move's rows back over its gap (`<appId>:restore`)
-    and putting back the backfills that committed to the gap during that (`restore_backfills`
-    under `<appId>:restore:restore`) leaves their buckets with the move's rows, and no move
-    rewrites an owned bucket: the next move finishes each put-back committed in versions
-    (since, until] (since the offline version its predecessor planned at, None: ever, up to
-    its own plan's), idempotent under the same transaction, whether the backfill is rerun or
-    not. False on a write conflict (another backfill committing to the buckets): the move then
-    waits for its next run, which looks again from the same version. (A put-back with nothing
-    to put back commits nothing, so each move until the next plan looks at it again.)"""
-    commits = txn_commits(spark, path, -1 if since is None else since, until)
-    started = [
-        (app.removesuffix(RESTORE), seq)
-        for app, seq in commits
-        if app.startswith(BACKFILL_APP) and app.endswith(RESTORE) and app.count(RESTORE) == 1
-    ]
-    for txn in started:
-        restore = (f"{txn[0]}{RESTORE}", txn[1])
-        first = first_announcement(announced([txn]), txn)
-        if first is None or (f"{restore[0]}{RESTORE}", txn[1]) in commits:
-            continue  # not announced (not a backfill's), or finished
-        mine = txn_commits(spark, path, first.offline_version, commits[restore]).get(txn)
-        if mine is None:
-            continue
-        gap = set(first.gap).__contains__
-        try:
-            restore_backfills(spark, path, announced, mine, restore, gap, bucket_seconds)
-        except Exception as exc:
-            if not tables.is_write_conflict(exc):
-                raise
-            return False
-    return True
 
 
 def first_announcement(announced: list[Announced], txn: Txn) -> Announced | None:

@@ -251,8 +251,9 @@ def _plan(
     owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds, announced)
     moved_before = [b for b in changed if start is not None and b < start]
     since = _planned_at(done)
-    bucket = spec.bucket_seconds
-    if not guard.finish_put_backs(spark, off_path, announced, since, offline_version, bucket):
+    from lakehouse.offline import gap  # it imports this module
+
+    if not gap.finish_killed(spark, settings, table, since, offline_version, announced):
         log.warning("%s: a backfill's put-back raced this move; the next run finishes it", table)
         return None
     # A backfill's gap came from an older realtime version than this one: move it again.

@@ -95,6 +95,15 @@ def start_backfill(
     return lambda: backfill(spark, settings, options)
 
 
+# A second backfill, of the first one's gap [00:00, 02:00): order 0 corrected, order 20 added.
+SECOND = [order(0, T0 + 0.75 * H, "55.00"), order(20, T0 + 1.5 * H, "1.00")]
+
+
+def second_backfill(offline: str, tmp_path: Path, reason: str = "") -> BackfillOptions:
+    path = write_jsonl(tmp_path / "second.jsonl", SECOND)
+    return BackfillOptions(offline, path, T0, T0 + 2 * H, now=NOW, reason=reason)
+
+
 def test_a_first_move_planned_before_a_backfill_leaves_the_backfilled_window_alone(
     spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -442,9 +451,7 @@ def test_a_backfill_committed_before_another_backfills_gap_is_put_back_keeps_its
     orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
     upsert(spark, settings, offline, orders)
     changed = order(0, T0 + 0.75 * H, "99.00")
-    second = [order(0, T0 + 0.75 * H, "55.00"), order(20, T0 + 1.5 * H, "1.00")]
-    second_input = write_jsonl(tmp_path / "second.jsonl", second)
-    second_options = BackfillOptions(offline, second_input, T0, T0 + 2 * H, now=NOW, reason="b3")
+    second, second_options = SECOND, second_backfill(offline, tmp_path, reason="b3")
     writes: list[str] = []
     real = store.replace_where
 
@@ -549,7 +556,7 @@ def test_a_backfill_committed_during_a_put_back_keeps_its_rows_though_another_wa
     offline, settings = offline_setup(spark, settings)
     orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
     upsert(spark, settings, offline, orders)
-    second = [order(0, T0 + 0.75 * H, "55.00"), order(20, T0 + 1.5 * H, "1.00")]
+    second = SECOND
     third = [order(2, T0 + 4.5 * H, "7.00")]
     runs = {
         name: BackfillOptions(
@@ -630,9 +637,7 @@ def test_a_backfill_committed_to_another_backfills_gap_while_it_runs_keeps_its_r
     offline, settings = offline_setup(spark, settings)
     orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
     upsert(spark, settings, offline, orders)
-    second = [order(0, T0 + 0.75 * H, "55.00"), order(20, T0 + 1.5 * H, "1.00")]
-    second_input = write_jsonl(tmp_path / "second.jsonl", second)
-    second_options = BackfillOptions(offline, second_input, T0, T0 + 2 * H, now=NOW)
+    second, second_options = SECOND, second_backfill(offline, tmp_path)
     ran: list[str] = []
 
     def run_second() -> None:
@@ -669,6 +674,54 @@ def test_a_backfill_committed_to_another_backfills_gap_while_it_runs_keeps_its_r
     check(spark, settings, offline, [*second, *FIXED, *orders[2:]])
 
 
+def test_a_backfill_killed_after_its_commit_and_never_rerun_leaves_the_next_move_to_put_back_one_committed_to_its_gap(  # noqa: E501
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above at the write, but the first backfill is killed right after its commit (the
+    gap's realtime rows now over the second's) and never rerun: the next move finishes its
+    put-back, since no move ever rewrites the bucket the second owns."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    second_options = second_backfill(offline, tmp_path)
+    real_write = store.replace_where
+    writes: list[str] = []
+
+    def second_then_killed_after_the_commit(
+        rows: DataFrame, path: str, where: str, app_id: str, *more: Any
+    ) -> None:
+        first = app_id.startswith("backfill") and not writes
+        if first:
+            writes.append("second")
+            backfill(spark, settings, second_options)
+        writes.append(app_id)
+        real_write(rows, path, where, app_id, *more)
+        if first:
+            raise Killed
+
+    monkeypatch.setattr(store, "replace_where", second_then_killed_after_the_commit)
+    with pytest.raises(Killed):
+        start_backfill(spark, settings, offline, tmp_path)()
+    check_offline(spark, settings, offline, [orders[0], *FIXED])  # the realtime row, row 20 lost
+    realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+    monkeypatch.undo()
+
+    want = [*SECOND, *FIXED, *orders[2:]]
+    check(spark, settings, offline, want)
+    # The second backfill, the first's commit (killed right after), then the move: the first's
+    # put-back of the second's rows, before its own write.
+    first = writes[2]
+    assert [w.split(":")[-1] for w in writes[:3]] == [
+        "second",
+        "20260101T000000-20260101T020000",
+        "20260101T020000-20260101T040000",
+    ]
+    assert writes[3:] == [f"{first}:restore", f"realtime_to_offline:{offline}"]
+    # Done for good: the next move has nothing to do and changes nothing.
+    assert realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H)).plan is None
+    check(spark, settings, offline, want)
+
+
 def test_a_backfill_committed_but_not_yet_recorded_keeps_its_window_though_another_was_recorded_at_its_seq(  # noqa: E501
     spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -679,9 +732,7 @@ def test_a_backfill_committed_but_not_yet_recorded_keeps_its_window_though_anoth
     offline, settings = offline_setup(spark, settings)
     orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
     upsert(spark, settings, offline, orders)
-    second = [order(0, T0 + 0.75 * H, "55.00"), order(20, T0 + 1.5 * H, "1.00")]
-    second_input = write_jsonl(tmp_path / "second.jsonl", second)
-    second_options = BackfillOptions(offline, second_input, T0, T0 + 2 * H, now=NOW)
+    second, second_options = SECOND, second_backfill(offline, tmp_path)
     ran: list[str] = []
     real_keep_moved = gap.keep_moved
 
