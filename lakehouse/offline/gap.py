@@ -101,15 +101,21 @@ def finish_killed(
     offline versions (since, until] (since the version its predecessor planned at, None: ever,
     up to its own plan's), its latest run there and that run's unfinished earlier runs, as its
     own rerun would (idempotent under the same transactions; a backfill still running and
-    doing the same is harmless). False on a write conflict (a backfill committing to those
-    buckets): the move then waits for its next run, which looks again from the same version."""
+    doing the same is harmless). A run recorded as applied is skipped: its record comes after
+    its put-backs (an idle move, whose `since` stays, would otherwise redo them on each poll).
+    False on a write conflict (a backfill committing to those buckets): the move then waits
+    for its next run, which looks again from the same version."""
     off_path = store.offline_path(settings, table)
     latest: dict[str, int] = {}
     for app, seq in guard.txn_commits(spark, off_path, -1 if since is None else since, until):
         if app.startswith(guard.BACKFILL_APP):
             run = app.split(guard.RESTORE)[0]
             latest[run] = max(seq, latest.get(run, seq))
-    for txn in sorted(latest.items()):
+    if not latest:
+        return True
+    runs = audit.backfills(spark, settings, table).where("status = 'applied'")
+    finished = {audit.run_txn(table, row) for row in runs.select(*audit.RUN_COLUMNS).collect()}
+    for txn in sorted(latest.items() - finished):
         first = guard.first_announcement(announced([txn]), txn)
         if first is None:
             continue  # not announced: not a backfill's
