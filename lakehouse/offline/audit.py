@@ -150,27 +150,45 @@ def owned_buckets(
     bucket: int,
     announced: guard.Announcements | None = None,
 ) -> set[datetime]:
-    """The bucket starts inside the window of any backfill of `table` that committed: those
-    recorded as applied, and the runs under way (or killed) that announced their window since
-    the last record, have no record of their own, and whose commit is in the offline table's
-    log (the record comes only at a backfill's end). A run is told by its transaction,
-    not its seq alone: two backfills that start together take the same seq, and the one
-    recorded first must not disown the other. Once a later seq is recorded, an unrecorded run
-    owns nothing (it failed; only the recorded runs are kept), which also bounds the log read
-    to the commits since the current run's announcement."""
+    """The bucket starts inside the window of any backfill of `table` that committed, for good
+    (a run's record comes only at its end; killed after its commit, its rows are in the table
+    all the same): those recorded as applied, those the last recorded move plan found owned,
+    and the announced runs without a record of their own whose commit is in the offline
+    table's log after that plan's offline version (a bounded read: the commits since the last
+    plan). Before any plan recorded them, as they were told before: the unrecorded runs from
+    the last recorded seq on."""
     runs = backfills(spark, settings, table).select(*RUN_COLUMNS).collect()
     owned: set[datetime] = set()
     for row in runs:
         if row["status"] == "applied":
             owned.update(buckets.starts(row["window_from"], row["window_to"], bucket))
-    last = max((int(row["seq"]) for row in runs), default=0)
     recorded = {run_txn(table, row) for row in runs}
     announced = announced or announcements(spark, settings, table)
-    pending = [a for a in announced() if a.txn[1] >= last and a.txn not in recorded]
     path = store.offline_path(settings, table)
-    for a in guard.committed(spark, path, pending, tables.latest_version(spark, path)):
+    latest = tables.latest_version(spark, path)
+    plan = _last_plan(spark, settings, table)
+    if plan is not None:
+        owned.update(datetime.fromisoformat(b) for b in plan["owned"])
+        commits = guard.txn_commits(spark, path, int(plan["offline_version"]), latest)
+        if any(guard.is_backfill(app) for app, _seq in commits):
+            for a in announced(set(commits)):
+                if a.txn in commits and a.txn not in recorded:
+                    owned.update(buckets.starts(*a.window, bucket))
+        return owned
+    last = max((int(row["seq"]) for row in runs), default=0)
+    pending = [a for a in announced() if a.txn[1] >= last and a.txn not in recorded]
+    for a in guard.committed(spark, path, pending, latest):
         owned.update(buckets.starts(*a.window, bucket))
     return owned
+
+
+def _last_plan(spark: SparkSession, settings: Settings, table: str) -> dict[str, Any] | None:
+    """The last recorded move plan that kept the buckets it found owned (older plans did not)."""
+    plans = [e for e in move_events(spark, settings, table) if e["event"] == MOVE_PLANNED]
+    last = plans[-1] if plans else None
+    if last is None or last.get("owned") is None or last.get("offline_version") is None:
+        return None
+    return last
 
 
 def run_txn(table: str, row: Row) -> guard.Txn:

@@ -140,8 +140,9 @@ def _unfinished(
     """The first announcement of each earlier run of this backfill (the same input over the
     same window: the same appId) since the last recorded run of any backfill that has no
     record as applied: killed, perhaps after its commit and before its put-backs finished.
-    (Older ones own nothing, as in `audit.owned_buckets`; `restore_moves` does nothing for a
-    run that never committed, and its put-backs are idempotent.)"""
+    (Older ones are left out, though a committed one owns its window: the case the README
+    names as left; `restore_moves` does nothing for a run that never committed, and its
+    put-backs are idempotent.)"""
     from pyspark.sql import functions as F
 
     earlier = {a.txn for a in announced if a.txn[0] == txn[0] and a.txn[1] < txn[1]}

@@ -751,3 +751,41 @@ def test_a_backfill_committed_but_not_yet_recorded_keeps_its_window_though_anoth
     seqs = [r["seq"] for r in audit.backfills(spark, settings, offline).collect()]
     assert (ran, report.status, seqs) == (["second", "applied", "04,06"], "applied", [1, 1])
     check(spark, settings, offline, [*second, *FIXED, *orders[2:]])
+
+
+def test_a_backfill_committed_but_not_yet_recorded_keeps_its_window_though_two_later_runs_were_recorded(  # noqa: E501
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but a third backfill, of [04:00, 06:00), also runs whole and is recorded (at
+    seq 2) while the first is still running after its commit, and a late change lands in the
+    first one's window. The first still owns its window: the next move must not
+    write the late change over the first one's rows."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    realtime_to_offline(spark, settings, MoveOptions(offline, NOW))  # the boundary at 08:00
+    third = [order(2, T0 + 4.5 * H, "7.00")]
+    third_options = BackfillOptions(
+        offline, write_jsonl(tmp_path / "third.jsonl", third), T0 + 4 * H, T0 + 6 * H, now=NOW
+    )
+    ran: list[str] = []
+    real_keep_moved = gap.keep_moved
+
+    def two_more_and_a_move_after_the_commit(*args: Any) -> Any:
+        if not ran:
+            ran.append("more")
+            ran.append(backfill(spark, settings, second_backfill(offline, tmp_path)).status)
+            ran.append(backfill(spark, settings, third_options).status)
+            upsert(spark, settings, offline, [order(1, T0 + 2.5 * H, "99.00")])  # a late change
+            moved = realtime_to_offline(spark, settings, MoveOptions(offline, NOW + H))
+            ran.append(",".join(sorted(b[11:13] for b in moved.rows)))
+        return real_keep_moved(*args)
+
+    monkeypatch.setattr(gap, "keep_moved", two_more_and_a_move_after_the_commit)
+    report = start_backfill(spark, settings, offline, tmp_path)()
+    monkeypatch.undo()
+
+    check(spark, settings, offline, [*SECOND, *FIXED, *third, orders[3]])
+    seqs = sorted(r["seq"] for r in audit.backfills(spark, settings, offline).collect())
+    assert (ran, report.status) == (["more", "applied", "applied", ""], "applied")
+    assert seqs == [1, 1, 2]  # the first took seq 1 at its start, as the second did
