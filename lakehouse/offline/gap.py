@@ -91,30 +91,26 @@ def finish_killed(
     spark: SparkSession,
     settings: Settings,
     table: str,
-    since: int | None,
-    until: int,
+    runs: set[guard.Txn],
     announced: guard.Announcements,
 ) -> bool:
     """A backfill killed anywhere after its commit, and perhaps never rerun, left put-backs
     undone (`keep_moved`): older rows in buckets a backfill owns, which no move rewrites. The
-    next move finishes them before it plans: for each backfill committed, or put back, in
-    offline versions (since, until] (since the version its predecessor planned at, None: ever,
-    up to its own plan's), its latest run there and that run's unfinished earlier runs, as its
-    own rerun would (idempotent under the same transactions; a backfill still running and
-    doing the same is harmless). A run recorded as applied is skipped: its record comes after
-    its put-backs (an idle move, whose `since` stays, would otherwise redo them on each poll).
-    False on a write conflict (a backfill committing to those buckets): the move then waits
-    for its next run, which looks again from the same version."""
-    off_path = store.offline_path(settings, table)
+    next move finishes them before it plans: for each backfill among `runs` (committed, or put
+    back, since its predecessor planned: `guard.backfill_runs`), its latest run there and
+    that run's unfinished earlier runs, as its own rerun would (idempotent under the same
+    transactions; a backfill still running and doing the same is harmless). A run recorded
+    as applied is skipped: its record comes after its put-backs (an idle move, whose
+    predecessor's plan stays, would otherwise redo them on each poll). False on a write
+    conflict (a backfill committing to those buckets): the move then waits for its next run,
+    which looks again from the same version."""
     latest: dict[str, int] = {}
-    for app, seq in guard.txn_commits(spark, off_path, -1 if since is None else since, until):
-        if app.startswith(guard.BACKFILL_APP):
-            run = app.split(guard.RESTORE)[0]
-            latest[run] = max(seq, latest.get(run, seq))
+    for app, seq in runs:
+        latest[app] = max(seq, latest.get(app, seq))
     if not latest:
         return True
-    runs = audit.backfills(spark, settings, table).where("status = 'applied'")
-    finished = {audit.run_txn(table, row) for row in runs.select(*audit.RUN_COLUMNS).collect()}
+    applied = audit.backfills(spark, settings, table).where("status = 'applied'")
+    finished = {audit.run_txn(table, r) for r in applied.select(*audit.RUN_COLUMNS).collect()}
     for txn in sorted(latest.items() - finished):
         first = guard.first_announcement(announced([txn]), txn)
         if first is None:

@@ -253,29 +253,22 @@ def first_announcement(announced: list[Announced], txn: Txn) -> Announced | None
     return min(mine, key=lambda a: a.offline_version, default=None)
 
 
-def gaps_committed(
-    spark: SparkSession,
-    path: str,
-    announced: Announcements,
-    since: int | None,
-    until: int,
-) -> set[datetime]:
-    """The gap buckets of every backfill that committed, or put a move's rows back, in
-    offline versions (since, until] (None: ever). A move moves them again: each was written
-    from a realtime version older than the move's, and whatever raced with it (a move between
-    a put-back's look and its write, a move that read past the gap without writing it, a rerun
-    under a new transaction) leaves nothing older behind for longer than one move."""
-    if since is None:
-        backfills = announced()
-        return {b for a in committed(spark, path, backfills, until) for b in a.gap}
-    txns = {
-        (app.split(RESTORE)[0], seq)
-        for app, seq in txn_commits(spark, path, since, until)
-        if app.startswith(BACKFILL_APP)
-    }
-    if not txns:
+def backfill_runs(commits: dict[Txn, int]) -> set[Txn]:
+    """The backfill runs among `commits` that committed or put rows back (`<appId>:restore`,
+    `<appId>:restore:restore`): each as its own transaction."""
+    return {(app.split(RESTORE)[0], seq) for app, seq in commits if app.startswith(BACKFILL_APP)}
+
+
+def gaps_committed(announced: Announcements, runs: set[Txn]) -> set[datetime]:
+    """The gap buckets of the backfill `runs` (those committed, or that put a move's rows back,
+    since the previous move planned: `backfill_runs`). A move moves them again: each was
+    written from a realtime version older than the move's, and whatever raced with it (a move
+    between a put-back's look and its write, a move that read past the gap without writing
+    it, a rerun under a new transaction) leaves nothing older behind for longer than one
+    move."""
+    if not runs:
         return set()
-    return {b for a in announced(txns) if a.txn in txns for b in a.gap}
+    return {b for a in announced(runs) if a.txn in runs for b in a.gap}
 
 
 def _backfilled(

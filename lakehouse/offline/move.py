@@ -253,11 +253,14 @@ def _plan(
     since = _planned_at(done)
     from lakehouse.offline import gap  # it imports this module
 
-    if not gap.finish_killed(spark, settings, table, since, offline_version, announced):
+    # The backfills committed, or put back, since the previous plan (None: ever): one log read.
+    commits = guard.txn_commits(spark, off_path, -1 if since is None else since, offline_version)
+    runs = guard.backfill_runs(commits)
+    if not gap.finish_killed(spark, settings, table, runs, announced):
         log.warning("%s: a backfill's put-back raced this move; the next run finishes it", table)
         return None
     # A backfill's gap came from an older realtime version than this one: move it again.
-    regap = guard.gaps_committed(spark, off_path, announced, since, offline_version)
+    regap = guard.gaps_committed(announced, runs)
     late = sorted(b for b in moved_before if b not in owned)
     regap -= {*late, *owned}
     ignored = {b.isoformat(): changed[b] for b in sorted(moved_before) if b in owned}
