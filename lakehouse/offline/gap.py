@@ -134,18 +134,18 @@ def _unfinished(
     announced: list[guard.Announced],
 ) -> list[guard.Announced]:
     """The first announcement of each earlier run of this backfill (the same input over the
-    same window: the same appId) since the last recorded run of any backfill that has no
-    record as applied: killed, perhaps after its commit and before its put-backs finished.
-    (Older ones are left out, though a committed one owns its window: the case the README
-    names as left; `restore_moves` does nothing for a run that never committed, and its
-    put-backs are idempotent.)"""
+    same window: the same appId) that has no record as applied: killed, perhaps after its
+    commit and before its put-backs finished. However many backfills were recorded since, a
+    committed one owns its window for good (`audit.owned_buckets`), so its put-backs are
+    due; `restore_moves` does nothing for a run that never committed, and its put-backs are
+    idempotent. (Each such run costs a read of the Delta log since its start: a rerun of the
+    same input over the same window after a kill is rare.)"""
     from pyspark.sql import functions as F
 
     earlier = {a.txn for a in announced if a.txn[0] == txn[0] and a.txn[1] < txn[1]}
     if not earlier:
         return []
     recorded = audit.backfills(spark, settings, table)
-    last = recorded.agg({"seq": "max"}).collect()[0][0] or 0
     digest = txn[0].split(":")[-2]
     window_from, window_to = next(a.window for a in announced if a.txn in earlier)
     mine = recorded.where(
@@ -155,5 +155,5 @@ def _unfinished(
         & (F.col("window_to") == F.lit(window_to))
     )
     applied = {int(r["seq"]) for r in mine.select("seq").collect()}
-    runs = sorted(t for t in earlier if t[1] >= last and t[1] not in applied)
+    runs = sorted(t for t in earlier if t[1] not in applied)
     return [a for a in (guard.first_announcement(announced, t) for t in runs) if a is not None]

@@ -674,15 +674,17 @@ def test_a_backfill_committed_to_another_backfills_gap_while_it_runs_keeps_its_r
     check(spark, settings, offline, [*second, *FIXED, *orders[2:]])
 
 
-def test_a_backfill_killed_after_its_commit_and_never_rerun_leaves_the_next_move_to_put_back_one_committed_to_its_gap(  # noqa: E501
-    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """As above at the write, but the first backfill is killed right after its commit (the
-    gap's realtime rows now over the second's) and never rerun: the next move finishes its
-    put-back, since no move ever rewrites the bucket the second owns."""
-    offline, settings = offline_setup(spark, settings)
-    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
-    upsert(spark, settings, offline, orders)
+def first_killed_after_the_second_committed_to_its_gap(
+    spark: SparkSession,
+    settings: Settings,
+    offline: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[str]:
+    """The first backfill, of [02:00, 04:00), with no boundary yet: at its write the second
+    (of its gap) runs whole, then the first commits (the gap's realtime rows over the
+    second's) and is killed right after. Returns the app ids of every offline write from then
+    on, in order (the patch stays until the test undoes it)."""
     second_options = second_backfill(offline, tmp_path)
     real_write = store.replace_where
     writes: list[str] = []
@@ -702,6 +704,21 @@ def test_a_backfill_killed_after_its_commit_and_never_rerun_leaves_the_next_move
     monkeypatch.setattr(store, "replace_where", second_then_killed_after_the_commit)
     with pytest.raises(Killed):
         start_backfill(spark, settings, offline, tmp_path)()
+    return writes
+
+
+def test_a_backfill_killed_after_its_commit_and_never_rerun_leaves_the_next_move_to_put_back_one_committed_to_its_gap(  # noqa: E501
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above at the write, but the first backfill is killed right after its commit (the
+    gap's realtime rows now over the second's) and never rerun: the next move finishes its
+    put-back, since no move ever rewrites the bucket the second owns."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    writes = first_killed_after_the_second_committed_to_its_gap(
+        spark, settings, offline, tmp_path, monkeypatch
+    )
     check_offline(spark, settings, offline, [orders[0], *FIXED])  # the realtime row, row 20 lost
     realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
     monkeypatch.undo()
@@ -789,3 +806,35 @@ def test_a_backfill_committed_but_not_yet_recorded_keeps_its_window_though_two_l
     seqs = sorted(r["seq"] for r in audit.backfills(spark, settings, offline).collect())
     assert (ran, report.status) == (["more", "applied", "applied", ""], "applied")
     assert seqs == [1, 1, 2]  # the first took seq 1 at its start, as the second did
+
+
+def test_a_backfill_killed_after_its_commit_and_rerun_after_two_other_records_puts_back_one_committed_to_its_gap(  # noqa: E501
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the killed case above, but before any move a third backfill, of [04:00, 06:00), is
+    recorded (seq 2, after the second at seq 1), and then the first is rerun: a new
+    transaction (seq 3). The killed run committed, so it owns its window, and its put-back of
+    the second's rows over its gap must still be done, before the rerun's own."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    writes = first_killed_after_the_second_committed_to_its_gap(
+        spark, settings, offline, tmp_path, monkeypatch
+    )
+    third = [order(2, T0 + 4.5 * H, "7.00")]
+    path = write_jsonl(tmp_path / "third.jsonl", third)
+    third_options = BackfillOptions(offline, path, T0 + 4 * H, T0 + 6 * H, now=NOW)
+    statuses = [backfill(spark, settings, third_options).status]
+
+    statuses.append(start_backfill(spark, settings, offline, tmp_path)().status)
+    monkeypatch.undo()
+
+    seqs = sorted(r["seq"] for r in audit.backfills(spark, settings, offline).collect())
+    assert (statuses, seqs) == (["applied", "applied"], [1, 2, 3])
+    check_offline(spark, settings, offline, [*SECOND, *FIXED, *third])
+    # After the third's commit, the rerun's, then the killed run's put-back (no gap of its own).
+    first = writes[2]
+    assert writes[3].endswith(":20260101T040000-20260101T060000")
+    assert writes[4:] == [first, f"{first}:restore"]
+    realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+    check(spark, settings, offline, [*SECOND, *FIXED, *third, orders[3]])
