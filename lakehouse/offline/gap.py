@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from lakehouse.core import columns, tables
 from lakehouse.core.settings import Settings
 from lakehouse.core.specs import OfflineTableSettings
-from lakehouse.offline import audit, guard, move, store
+from lakehouse.offline import audit, guard, plans, store
 from lakehouse.offline.store import BUCKET
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def keep_moved(
     # The earlier runs first: Delta skips a put-back under `<appId>:restore` whose seq is not
     # above the last one committed, so a later run's would make theirs a silent no-op.
     runs = [*((a.txn, a.offline_version, list(a.gap)) for a in earlier), (txn, since, gap)]
-    replaced = move.plan_replaces(spark, settings, table)
+    replaced = plans.plan_replaces(spark, settings, table)
     restored: set[datetime] = set()
     for run_txn, run_since, run_gap in runs:
         keep_out = frozenset(gap) if run_txn != txn else frozenset()
@@ -76,7 +76,7 @@ def keep_moved(
             off_path,
             run_since,
             run_txn,
-            move.app_id(table),
+            plans.app_id(table),
             replaced,
             run_gap,
             announced,

@@ -9,7 +9,7 @@ A run:
    since the previous move planned moves again too (`guard.gaps_committed`): the backfill
    copied it from an older realtime version;
 2. plans the move: every closed bucket (end plus buffer at or before now) from the boundary on,
-   plus the late buckets, at one realtime version. The plan is recorded in
+   plus the late buckets, at one realtime version. The plan (`plans.Plan`) is recorded in
    `_system/offline_log` before the first commit;
 3. replaces exactly those buckets of the offline table with the realtime table's current rows
    of that version, in one commit; a backfill that committed to any of them after the plan
@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import faults, tables
@@ -36,16 +34,15 @@ from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import OfflineTableSettings, parse_duration
 from lakehouse.core.streaming import check_trigger, repeat
-from lakehouse.offline import audit, boundary, buckets, changes, guard, store
+from lakehouse.offline import audit, boundary, buckets, changes, gap, guard, plans, store
 from lakehouse.offline.buckets import instant_argument
+from lakehouse.offline.plans import JOB
 from lakehouse.offline.store import BUCKET
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-JOB = "realtime_to_offline"
 
 
 @dataclass(frozen=True)
@@ -98,51 +95,9 @@ def move_all(spark: SparkSession, settings: Settings, options: MoveOptions) -> l
 
 
 @dataclass
-class Plan:
-    """One move, fixed before its first commit (JSON-able: it is recorded)."""
-
-    n: int
-    realtime_version: int
-    range_start: str | None  # the boundary it starts from (None: from the first bucket)
-    range_end: str  # the end of the newest closed bucket
-    late: list[str] = field(default_factory=list)  # moved buckets to move again
-    # The gaps of backfills committed since the last move planned (`guard.gaps_committed`).
-    regap: list[str] = field(default_factory=list)
-    ignored: dict[str, int] = field(default_factory=dict)  # owned bucket -> late changes
-    # The offline version, then the backfilled buckets, read when planning (None in plans
-    # recorded before these were: they are read again when the plan runs).
-    offline_version: int | None = None
-    owned: list[str] | None = None
-
-    @property
-    def replaces_buckets(self) -> bool:
-        """False when only the realtime version read moves on (new changes, none of them
-        late, no bucket closed since): the offline table gets no commit."""
-        new_range = self.range_start is None or self.range_end > self.range_start
-        return new_range or bool(self.late) or bool(self.regap)
-
-    def replaces(self, bucket: datetime, owned: set[datetime]) -> bool:
-        """Whether the plan replaces `bucket` (`buckets_sql`, in Python)."""
-        start = _at(self.range_start) if self.range_start else None
-        new = (start is None or bucket >= start) and bucket < _at(self.range_end)
-        again = bucket.isoformat() in self.late or bucket.isoformat() in self.regap
-        return (new or again) and bucket not in owned
-
-    def buckets_sql(self, owned: set[datetime]) -> str:
-        """The buckets this plan replaces, minus those a backfill owns."""
-        parts = [f"{BUCKET} < {buckets.timestamp_sql(_at(self.range_end))}"]
-        if self.range_start:
-            parts.insert(0, f"{BUCKET} >= {buckets.timestamp_sql(_at(self.range_start))}")
-        new = " AND ".join(parts)
-        late = store.bucket_predicate_sql([_at(b) for b in [*self.late, *self.regap]])
-        keep = store.bucket_predicate_sql(sorted(owned))
-        return f"(({new}) OR {late}) AND NOT ({keep})"
-
-
-@dataclass
 class MoveResult:
     table: str
-    plan: Plan | None = None
+    plan: plans.Plan | None = None
     rows: dict[str, int] = field(default_factory=dict)  # bucket -> rows moved
     boundary_before: datetime | None = None
     boundary_after: datetime | None = None
@@ -169,7 +124,7 @@ def realtime_to_offline(
     result = MoveResult(options.table)
     before = boundary.current(spark, settings, options.table)
     result.boundary_before = before.boundary if before else None
-    pending, done = _progress(spark, settings, options.table)
+    pending, done = plans.progress(spark, settings, options.table)
     if pending is not None:
         plan, result.resumed = pending, True
         log.info("%s: resuming unfinished move %d", options.table, plan.n)
@@ -185,46 +140,6 @@ def realtime_to_offline(
     return result
 
 
-def _progress(
-    spark: SparkSession, settings: Settings, table: str
-) -> tuple[Plan | None, dict[str, Any] | None]:
-    """(an unfinished plan, the last finished move)."""
-    events = audit.move_events(spark, settings, table)
-    done = next((e for e in reversed(events) if e["event"] == audit.MOVED), None)
-    planned = next((e for e in reversed(events) if e["event"] == audit.MOVE_PLANNED), None)
-    if planned is not None and (done is None or planned["n"] > done["n"]):
-        return _plan_of(planned), done
-    return None, done
-
-
-def _plan_of(event: dict[str, Any]) -> Plan:
-    """A recorded plan (older records lack the newer fields)."""
-    return Plan(**{k: event[k] for k in Plan.__dataclass_fields__ if k in event})
-
-
-def app_id(table: str) -> str:
-    """The Delta transaction app id of a move's offline commits (its version: the plan's n)."""
-    return f"{JOB}:{table}"
-
-
-def plan_replaces(
-    spark: SparkSession, settings: Settings, table: str
-) -> Callable[[int, datetime], bool]:
-    """`(n, bucket)` -> whether move plan n replaced the bucket; the plans are read on the
-    first call only (a backfill asks only when a move committed while it ran)."""
-
-    @cache
-    def plans() -> dict[int, Plan]:
-        events = audit.move_events(spark, settings, table)
-        return {int(e["n"]): _plan_of(e) for e in events if e["event"] == audit.MOVE_PLANNED}
-
-    def replaces(n: int, bucket: datetime) -> bool:
-        plan = plans().get(n)
-        return plan is not None and plan.replaces(bucket, {_at(b) for b in plan.owned or []})
-
-    return replaces
-
-
 def _plan(
     spark: SparkSession,
     settings: Settings,
@@ -233,7 +148,7 @@ def _plan(
     now: datetime,
     before: boundary.Boundary | None,
     done: dict[str, Any] | None,
-) -> Plan | None:
+) -> plans.Plan | None:
     """The next move, or None when there is nothing to do (or a backfill's put-back that it
     finishes first raced it: the next run looks again from the same version)."""
     rt_path = store.realtime_path(settings, spec)
@@ -250,9 +165,7 @@ def _plan(
     announced = audit.announcements(spark, settings, table)
     owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds, announced)
     moved_before = [b for b in changed if start is not None and b < start]
-    since = _planned_at(done)
-    from lakehouse.offline import gap  # it imports this module
-
+    since = plans.planned_at(done)
     # The backfills committed, or put back, since the previous plan (None: ever): one log read.
     commits = guard.txn_commits(spark, off_path, -1 if since is None else since, offline_version)
     runs = guard.backfill_runs(commits)
@@ -268,7 +181,7 @@ def _plan(
     if idle and not late and not regap:
         return None
     n = int(done["n"]) + 1 if done else 1
-    return Plan(
+    return plans.Plan(
         n=n,
         realtime_version=version,
         range_start=start.isoformat() if start else None,
@@ -286,17 +199,17 @@ def _execute(
     settings: Settings,
     table: str,
     spec: OfflineTableSettings,
-    plan: Plan,
+    plan: plans.Plan,
     result: MoveResult,
 ) -> None:
     """Commit the plan: the offline buckets, then the boundary, then the record."""
     from pyspark.sql import functions as F
 
     rt_path, off_path = store.realtime_path(settings, spec), store.offline_path(settings, table)
-    txn = (app_id(table), plan.n)
+    txn = (plans.app_id(table), plan.n)
     if plan.replaces_buckets:
         owned = (
-            {_at(b) for b in plan.owned}
+            {plans.at(b) for b in plan.owned}
             if plan.owned is not None
             else audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
         )
@@ -327,7 +240,7 @@ def _execute(
                 spec.bucket_seconds,
             )
     faults.point("after_offline_commit")
-    end = _at(plan.range_end)
+    end = plans.at(plan.range_end)
     # Forward only: a boundary already at `end` or past it (a resume, a backfill) is kept.
     moved = boundary.move(
         spark,
@@ -359,20 +272,6 @@ def _execute(
             "boundary": moved.boundary.isoformat(),
         },
     )
-
-
-def _planned_at(done: dict[str, Any] | None) -> int | None:
-    """The offline version the last finished move planned at; None before any move. Records
-    older than that field give the version after the move, so a backfill committed during
-    such a move keeps its gap until one of its buckets changes (once, at the upgrade)."""
-    if done is None:
-        return None
-    at = done.get("planned_offline_version")
-    return int(at if at is not None else done["offline_version"])
-
-
-def _at(iso: str) -> datetime:
-    return datetime.fromisoformat(iso)
 
 
 def describe(result: MoveResult) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.offline import guard, move
+from lakehouse.offline import guard, plans
 
 pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 def test_the_next_move_regaps_backfills_committed_since_the_last_move_planned(
     record: dict[str, Any] | None, since: int | None
 ) -> None:
-    assert move._planned_at(record) == since
+    assert plans.planned_at(record) == since
 
 
 def test_announcements_are_read_again_only_for_a_backfill_commit_the_last_read_missed() -> None:
