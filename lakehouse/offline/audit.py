@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 MOVE_PLANNED, MOVED = "move_planned", "moved"
 BACKFILL_ANNOUNCED = "backfill_announced"
+# On a plan or an announcement: its `owned` buckets are those of every backfill committed up to
+# this offline version (read before them), whatever its record says.
+OWNED_THROUGH = "owned_through"
 
 
 @dataclass(frozen=True)
@@ -100,10 +103,12 @@ def announce_backfill(
     window: tuple[datetime, datetime],
     offline_version: int,
     gap: list[datetime],
+    owned: set[datetime],
 ) -> None:
     """Before a backfill's commit: its window, its gap and its Delta transaction, so a move can
     tell that the commit landed before its `backfill_log` row (written at the very end), and
-    a rerun after a crash what the commit wrote."""
+    a rerun after a crash what the commit wrote; and the buckets it found owned at its start,
+    through `offline_version` (read before them: `owned_buckets` starts from there)."""
     record_move(
         spark,
         settings,
@@ -116,6 +121,8 @@ def announce_backfill(
             "window_to": window[1].isoformat(),
             "offline_version": offline_version,
             "gap": [b.isoformat() for b in gap],
+            "owned": [b.isoformat() for b in sorted(owned)],
+            OWNED_THROUGH: offline_version,
         },
     )
 
@@ -152,11 +159,11 @@ def owned_buckets(
 ) -> set[datetime]:
     """The bucket starts inside the window of any backfill of `table` that committed, for good
     (a run's record comes only at its end; killed after its commit, its rows are in the table
-    all the same): those recorded as applied, those the last recorded move plan found owned,
-    and the announced runs without a record of their own whose commit is in the offline
-    table's log after that plan's offline version (a bounded read: the commits since the last
-    plan). Before any plan recorded them, as they were told before: the unrecorded runs from
-    the last recorded seq on."""
+    all the same): those recorded as applied, and those of the announced runs without a
+    record of their own whose commit is in the offline table's log. The log is read from the
+    latest base on (`_base`: the last move plan or backfill announcement that kept the
+    buckets it found owned, through an offline version), a bounded read; with no base yet,
+    from the first unrecorded announcement's offline version."""
     runs = backfills(spark, settings, table).select(*RUN_COLUMNS).collect()
     owned: set[datetime] = set()
     for row in runs:
@@ -166,35 +173,88 @@ def owned_buckets(
     announced = announced or announcements(spark, settings, table)
     path = store.offline_path(settings, table)
     latest = tables.latest_version(spark, path)
-    plan = _last_plan(spark, settings, table)
-    if plan is not None:
-        owned.update(datetime.fromisoformat(b) for b in plan["owned"])
-        commits = guard.txn_commits(spark, path, int(plan["offline_version"]), latest)
-        if any(guard.is_backfill(app) for app, _seq in commits):
-            for a in announced(set(commits)):
-                if a.txn in commits and a.txn not in recorded:
-                    owned.update(buckets.starts(*a.window, bucket))
+    base = _base(spark, settings, table)
+    if base is None:
+        pending = [a for a in announced() if a.txn not in recorded]
+        for a in guard.committed(spark, path, pending, latest):
+            owned.update(buckets.starts(*a.window, bucket))
         return owned
-    last = max((int(row["seq"]) for row in runs), default=0)
-    pending = [a for a in announced() if a.txn[1] >= last and a.txn not in recorded]
-    for a in guard.committed(spark, path, pending, latest):
-        owned.update(buckets.starts(*a.window, bucket))
+    through, kept = base
+    owned |= kept
+    commits = guard.txn_commits(spark, path, through, latest)
+    if any(guard.is_backfill(app) for app, _seq in commits):
+        for a in announced(set(commits)):
+            if a.txn in commits and a.txn not in recorded:
+                owned.update(buckets.starts(*a.window, bucket))
     return owned
 
 
-def _last_plan(spark: SparkSession, settings: Settings, table: str) -> dict[str, Any] | None:
-    """The last recorded move plan that kept the buckets it found owned (older plans did not)."""
-    plans = [e for e in move_events(spark, settings, table) if e["event"] == MOVE_PLANNED]
-    last = plans[-1] if plans else None
-    if last is None or last.get("owned") is None or last.get("offline_version") is None:
+def _base(spark: SparkSession, settings: Settings, table: str) -> tuple[int, set[datetime]] | None:
+    """(offline version, the buckets owned through it) of the latest move plan or backfill
+    announcement that recorded them; None before any did (older records did not)."""
+    events = system.read_log(spark, settings, system.OFFLINE_LOG, table)
+    kept = [e for e in events if e.get(OWNED_THROUGH) is not None and e.get("owned") is not None]
+    if not kept:
         return None
-    return last
+    last = max(kept, key=lambda e: int(e[OWNED_THROUGH]))
+    return int(last[OWNED_THROUGH]), {datetime.fromisoformat(b) for b in last["owned"]}
 
 
 def run_txn(table: str, row: Row) -> guard.Txn:
     """The Delta transaction of the recorded run `row` (of `RUN_COLUMNS`)."""
     window = (row["window_from"], row["window_to"])
     return guard.backfill_app(table, row["content_hash"], window), int(row["seq"])
+
+
+def is_replay(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    window: tuple[datetime, datetime],
+    digest: str,
+    announced: guard.Announcements,
+) -> bool:
+    """The same input over the same window, and no backfill has touched the window since:
+    neither one recorded (the latest record by seq, then by time: two runs that start together
+    share a seq) nor one that committed after it and was killed before its record (its rows
+    are in the window all the same)."""
+    applied = (
+        backfills(spark, settings, table)
+        .where("status = 'applied'")
+        .where(f"window_from < TIMESTAMP'{window[1]}' AND window_to > TIMESTAMP'{window[0]}'")
+        .orderBy(["seq", "at"], ascending=False)
+        .limit(1)
+        .collect()
+    )
+    if not applied:
+        return False
+    last = applied[0]
+    same = (last["content_hash"], (last["window_from"], last["window_to"])) == (digest, window)
+    return same and not _committed_over(spark, settings, table, window, last, announced)
+
+
+def _committed_over(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    window: tuple[datetime, datetime],
+    last: Row,
+    announced: guard.Announcements,
+) -> bool:
+    """Whether another backfill committed over the window after the recorded run `last` (read
+    from the version it started at: a replay is rare, and the read bounded by that run)."""
+    path = store.offline_path(settings, table)
+    since = int(last["offline_version_before"])
+    commits = guard.txn_commits(spark, path, since, tables.latest_version(spark, path))
+    # Not among them: an earlier run under the same transaction committed it (Delta skipped
+    # this one's write as done), before `since`.
+    mine = commits.get(run_txn(table, last), since)
+    later = {t for t, v in commits.items() if v > mine and guard.is_backfill(t[0])}
+    return any(
+        a.window[0] < window[1] and a.window[1] > window[0]
+        for a in (announced(later) if later else [])
+        if a.txn in later
+    )
 
 
 def move_events(spark: SparkSession, settings: Settings, table: str) -> list[dict[str, Any]]:

@@ -174,12 +174,12 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
     if options.dry_run:
         return report
     seq = audit.backfills(spark, settings, options.table).count() + 1
-    if _is_replay(spark, settings, options, digest):
+    window = (options.start, options.end)
+    if audit.is_replay(spark, settings, options.table, window, digest, announced):
         report.status = "no-op"
         report.boundary_after = report.boundary_before
         _record(spark, settings, options, report, seq, spec)
         return report
-    window = (options.start, options.end)
     txn = (guard.backfill_app(options.table, digest, window), seq)
     columns = spark.read.format("delta").load(off_path).columns
     since = report.offline_version_before  # read before the gap's realtime rows
@@ -193,7 +193,7 @@ def backfill(spark: SparkSession, settings: Settings, options: BackfillOptions) 
         report.buckets = {b: d for b, d in report.buckets.items() if b not in taken}
         new_rows = new_rows.where(~store.in_buckets(sorted(taken)))
         where = _predicate(options, report.gap)
-    audit.announce_backfill(spark, settings, options.table, txn, window, since, report.gap)
+    audit.announce_backfill(spark, settings, options.table, txn, window, since, report.gap, owned)
     store.replace_where(new_rows.select(*[f"`{c}`" for c in columns]), off_path, where, *txn)
     report.kept_moved = gap.keep_moved(
         spark, settings, options.table, txn, since, report.gap, announced
@@ -307,28 +307,6 @@ def _diff(
 def _new_boundary(before: datetime | None, end: datetime) -> datetime | None:
     """The boundary follows the newest offline data: it moves to the window's end if later."""
     return end if before is None or end > before else before
-
-
-def _is_replay(
-    spark: SparkSession, settings: Settings, options: BackfillOptions, digest: str
-) -> bool:
-    """The same input over the same window, and no backfill has touched the window since."""
-    applied = (
-        audit.backfills(spark, settings, options.table)
-        .where("status = 'applied'")
-        .where(f"window_from < TIMESTAMP'{options.end}' AND window_to > TIMESTAMP'{options.start}'")
-        .orderBy("seq", ascending=False)
-        .limit(1)
-        .collect()
-    )
-    if not applied:
-        return False
-    last = applied[0]
-    return bool(
-        last["content_hash"] == digest
-        and last["window_from"] == options.start
-        and last["window_to"] == options.end
-    )
 
 
 def _record(

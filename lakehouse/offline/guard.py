@@ -221,7 +221,9 @@ def restore_moves(
         # A backfill that committed to the gap after this one read it owns those buckets: the
         # commit wrote over them with the realtime rows, and no move rewrites an owned bucket.
         owned = set(gap) & _backfilled(commits, since, mine, announced, bucket_seconds)
-        later = _backfilled(commits, mine, None, announced, bucket_seconds) | keep_out
+        # A later backfill's gap too: written from a newer realtime version than the move's
+        # rows here (a put-back done long after, by a rerun under a new seq).
+        later = _backfilled(commits, mine, None, announced, bucket_seconds, gaps=True) | keep_out
         hit, owned = hit - later, owned - later
         if restore not in commits:  # not a rerun after the put-back
             if not hit | owned:
@@ -277,10 +279,12 @@ def _backfilled(
     before: int | None,
     announced: Announcements,
     bucket_seconds: int,
+    gaps: bool = False,
 ) -> set[datetime]:
     """The buckets of the backfills among `commits` that committed in versions (after, before)
-    (None: no end). After a commit, a later backfill wins, so nothing is put back over it.
-    `announced` is read only when a backfill committed in between."""
+    (None: no end), and their gaps with `gaps`. After a commit, a later backfill wins, so
+    nothing is put back over it. `announced` is read only when a backfill committed in
+    between."""
     inside = [t for t, v in commits.items() if v > after and (before is None or v < before)]
     if not any(is_backfill(app) for app, _seq in inside):
         return set()
@@ -288,7 +292,7 @@ def _backfilled(
         b
         for a in announced(inside)
         if a.txn in inside
-        for b in buckets.starts(*a.window, bucket_seconds)
+        for b in [*buckets.starts(*a.window, bucket_seconds), *(a.gap if gaps else ())]
     }
 
 

@@ -191,6 +191,7 @@ def _plan(
         ignored=ignored,
         offline_version=offline_version,
         owned=[b.isoformat() for b in sorted(owned)],
+        owned_through=offline_version,
     )
 
 

@@ -36,6 +36,9 @@ class Plan:
     # recorded before these were: they are read again when the plan runs).
     offline_version: int | None = None
     owned: list[str] | None = None
+    # `offline_version` again, in plans whose `owned` holds every committed backfill's buckets
+    # (`audit.OWNED_THROUGH`; not in older plans, whose unrecorded runs could own nothing).
+    owned_through: int | None = None
 
     @property
     def replaces_buckets(self) -> bool:

@@ -18,6 +18,7 @@ from lakehouse.core import tables
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 from lakehouse.offline import audit, boundary, hybrid, store
+from lakehouse.offline import backfill as backfill_module
 from lakehouse.offline.backfill import BackfillOptions, backfill
 from lakehouse.offline.backfill_input import BackfillRefused
 from lakehouse.offline.move import MoveOptions, realtime_to_offline
@@ -229,6 +230,39 @@ def test_the_same_input_replayed_is_a_no_op(
         r["status"] for r in audit.backfills(spark, settings, offline).orderBy("seq").collect()
     ]
     assert statuses == ["applied", "no-op"]
+
+
+def test_the_same_input_replayed_after_another_was_killed_after_its_commit_is_applied_again(
+    spark: SparkSession, moved: Moved, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another input over the same window commits and is killed before its record: its rows
+    are in the window, so replaying the first input must write it again, not be a no-op."""
+    offline, settings, orders = moved
+    fixed = [order(1, T0 + 2.5 * H, "12.34")]
+    source = write_jsonl(tmp_path / "fix.jsonl", fixed)
+    other = write_jsonl(tmp_path / "other.jsonl", [order(1, T0 + 2.5 * H, "77.00")])
+    statuses = [run(spark, settings, offline, source, T0 + 2 * H, T0 + 4 * H).status]
+    with monkeypatch.context() as patch:
+        patch.setattr(backfill_module, "_record", killed)
+        with pytest.raises(Killed):
+            run(spark, settings, offline, other, T0 + 2 * H, T0 + 4 * H)
+
+    statuses.append(run(spark, settings, offline, source, T0 + 2 * H, T0 + 4 * H).status)
+
+    assert statuses == ["applied", "applied"]
+    assert_df_equality(
+        hybrid.read_hybrid(spark, settings, offline),
+        frame(spark, [orders[0], *fixed, orders[2], orders[3]]),
+        ignore_row_order=True,
+    )
+
+
+class Killed(Exception):
+    pass
+
+
+def killed(*_: Any) -> None:
+    raise Killed
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(

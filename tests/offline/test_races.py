@@ -838,3 +838,44 @@ def test_a_backfill_killed_after_its_commit_and_rerun_after_two_other_records_pu
     assert writes[4:] == [first, f"{first}:restore"]
     realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
     check(spark, settings, offline, [*SECOND, *FIXED, *third, orders[3]])
+
+
+def test_a_backfill_committed_but_not_yet_recorded_keeps_its_window_from_a_later_backfills_gap_with_no_move_ever(  # noqa: E501
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No move ever runs: backfills alone move the boundary. While the first, of [02:00,
+    04:00), runs after its commit, two more of its gap [00:00, 02:00) are recorded at seq 1
+    and 2 (the boundary at 02:00), a late change lands in the first's window, and a fourth,
+    of [06:00, 08:00), runs whole: its gap from the boundary on must leave out the first's
+    window, which it owns."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    third, fourth = [order(0, T0 + 0.75 * H, "66.00")], [order(3, T0 + 6.5 * H, "8.00")]
+    runs = [
+        second_backfill(offline, tmp_path),
+        BackfillOptions(offline, write_jsonl(tmp_path / "3.jsonl", third), T0, T0 + 2 * H, now=NOW),
+        BackfillOptions(
+            offline, write_jsonl(tmp_path / "4.jsonl", fourth), T0 + 6 * H, T0 + 8 * H, now=NOW
+        ),
+    ]
+    gaps: list[str] = []
+    real_keep_moved = gap.keep_moved
+
+    def three_more_after_the_commit(*args: Any) -> Any:
+        if not gaps:
+            gaps.append("first committed")  # before the nested backfills' own put-backs
+            for options in runs:
+                if options is runs[-1]:
+                    upsert(spark, settings, offline, [order(1, T0 + 2.5 * H, "99.00")])  # late
+                report = backfill(spark, settings, options)
+                gaps.append(",".join(b.isoformat()[11:13] for b in report.gap) + report.status)
+        return real_keep_moved(*args)
+
+    monkeypatch.setattr(gap, "keep_moved", three_more_after_the_commit)
+    report = start_backfill(spark, settings, offline, tmp_path)()
+    monkeypatch.undo()
+
+    # The fourth's gap: [02:00, 06:00) but the first's window.
+    assert (gaps[1:], report.status) == (["applied", "applied", "04applied"], "applied")
+    check(spark, settings, offline, [*third, *FIXED, orders[2], *fourth])
