@@ -103,8 +103,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return _ByModule(config, log)
 
 
-# Seconds spent per worker and per group (a `SERIAL` group, else `other`), and tests counted:
-# where a distributed run's time goes, printed at its end (CI is to stay under an hour).
+# Seconds spent per worker, per group (a `SERIAL` group, else `other`) and per module, and tests
+# counted: where a distributed run's time goes, printed at its end (CI is to stay under an hour).
 _BUSY: dict[str, list[float]] = {}
 
 
@@ -112,8 +112,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     node = getattr(report, "node", None)  # set by xdist on the controller's copy
     if node is None:
         return
-    group = SERIAL.get(report.nodeid.split("::", 1)[0], "other")
-    for key in (f"worker {node.gateway.id}", f"group {group}"):
+    module = report.nodeid.split("::", 1)[0]
+    group = SERIAL.get(module, "other")
+    for key in (f"worker {node.gateway.id}", f"group {group}", f"module {module}"):
         busy = _BUSY.setdefault(key, [0.0, 0])
         busy[0] += report.duration
         busy[1] += report.when == "call"
@@ -121,9 +122,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _BUSY:
-        terminalreporter.section("time per worker and group")
-        for key, (seconds, tests) in sorted(_BUSY.items()):
-            terminalreporter.write_line(f"{key:<20} {seconds:8.0f} s  {int(tests):4d} tests")
+        terminalreporter.section("time per worker and group, and the 30 slowest modules")
+        modules = sorted((k for k in _BUSY if k.startswith("module ")), key=lambda k: -_BUSY[k][0])
+        for key in [*sorted(k for k in _BUSY if not k.startswith("module ")), *modules[:30]]:
+            seconds, tests = _BUSY[key]
+            terminalreporter.write_line(f"{key:<50} {seconds:8.0f} s  {int(tests):4d} tests")
 
 
 def pytest_configure(config: pytest.Config) -> None:
