@@ -64,10 +64,14 @@ pytestmark = pytest.mark.exclusive
 
 CHAOS_S = 200.0
 KILLS = 20  # at least, and at most 4 more
+# A kill at most every 9 s: 22 of them fit in CHAOS_S whatever the draws (a job is always
+# running to kill: seven run, each restarted within 8 s).
+KILL_EVERY_S = (4.0, 9.0)
 ORDERS_PER_S = 40.0
 CHANGES_PER_S = 4.0
 BROKER_DOWN_S = 8.0
 SEED = 22
+JOBS_NICE = 10  # the backfill and the workloads in this process come first (Supervisor)
 ORDER_COLUMNS = [c.split()[0] for c in ORDER_SCHEMA.split(", ")]
 CUSTOMER_COLUMNS = [c.split()[0] for c in CUSTOMER_SCHEMA.split(", ")]
 KAFKA_READERS = ("ingest_events", "ingest_cdc")
@@ -99,7 +103,7 @@ def test_the_pipeline_under_kills_outages_and_a_backfill_loses_and_doubles_nothi
         rng = random.Random(SEED)  # noqa: S311 - test schedule
         orders = OrdersWorkload(settings, topic, ORDERS_PER_S, SEED, zone)
         customers = CustomersWorkload(settings, pg.table, CHANGES_PER_S, SEED)
-        supervisor = Supervisor(pipeline_jobs(names, tmp_path / "logs"), env, "test")
+        supervisor = Supervisor(pipeline_jobs(names, tmp_path / "logs"), env, "test", JOBS_NICE)
         stop = threading.Event()
         workers = [
             threading.Thread(target=w.run, args=(stop,), daemon=True) for w in (orders, customers)
@@ -152,7 +156,7 @@ def test_the_pipeline_under_kills_outages_and_a_backfill_loses_and_doubles_nothi
             supervisor.start_stages(stages(spark, settings, names, supervisor.jobs))
             phase("jobs started")
             report = chaos(
-                supervisor, CHAOS_S, rng, actions, kill_every_s=(6.0, 12.0), max_kills=KILLS + 4
+                supervisor, CHAOS_S, rng, actions, kill_every_s=KILL_EVERY_S, max_kills=KILLS + 4
             )
             phase(f"chaos done: {report}")
             assert not report.failures, report.failures
