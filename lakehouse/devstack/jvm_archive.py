@@ -15,10 +15,12 @@ what a job does (a Delta write, a read, a MERGE) on a throwaway root, and exits.
 from __future__ import annotations
 
 import tempfile
+from typing import Any
 
 
 def exercise() -> None:
     from delta.tables import DeltaTable
+    from pyspark import SparkContext
 
     from lakehouse.core.settings import load_settings
     from lakehouse.core.spark import build_session
@@ -26,6 +28,7 @@ def exercise() -> None:
     with tempfile.TemporaryDirectory() as root:
         settings = load_settings("test", overrides={"storage.root": root})
         spark = build_session(settings, "class-archive")
+        jvm: Any = getattr(SparkContext._gateway, "proc", None)  # py4j handles are untyped
         try:
             path = settings.storage.path("bronze", "archive")
             spark.range(100).write.format("delta").save(path)
@@ -34,6 +37,11 @@ def exercise() -> None:
             target.merge(spark.range(50).alias("s"), "t.id = s.id").whenMatchedDelete().execute()
         finally:
             spark.stop()
+    # The JVM writes the archive as it exits, which it does when its stdin closes: wait for
+    # it, or the caller would look for the file before it is there.
+    if jvm is not None:
+        jvm.stdin.close()
+        jvm.wait(timeout=240)
 
 
 if __name__ == "__main__":
