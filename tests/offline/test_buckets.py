@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.core.settings import SettingsError, load_settings
 from lakehouse.core.specs import parse_duration
-from lakehouse.offline import buckets
+from lakehouse.offline import backfill, buckets
 
 pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 
@@ -113,6 +115,59 @@ def test_the_realtime_side_keeps_rows_from_the_boundary_on_and_unreadable_ones(
     in_seconds = rows.selectExpr("i", "ts DIV 1000 AS ts")
     sql = buckets.not_before_sql("ts", "epoch_s", in_seconds.schema["ts"].dataType, boundary)
     assert sorted(r["i"] for r in in_seconds.where(F.expr(sql)).collect()) == [2, 3, 4]
+
+
+DiffRow = tuple[datetime, int | None, str | None]  # bucket, value, note
+DIFF_SCHEMA = "__bucket timestamp, v int, note string"
+DiffCounts = tuple[datetime, int, int, int, int]  # bucket, before, after, only before/after
+DIFF_COLUMNS = "__bucket timestamp, before long, after long, only_before long, only_after long"
+
+
+def counted_diffs(old: list[DiffRow], new: list[DiffRow]) -> list[DiffCounts]:
+    """The model: per bucket, both sides' sizes and each side's surplus of every whole row."""
+    before, after = Counter(old), Counter(new)
+    result: list[DiffCounts] = []
+    for bucket in sorted({r[0] for r in old} | {r[0] for r in new}):
+        only_before = sum(n for r, n in (before - after).items() if r[0] == bucket)
+        only_after = sum(n for r, n in (after - before).items() if r[0] == bucket)
+        size_before = sum(n for r, n in before.items() if r[0] == bucket)
+        size_after = sum(n for r, n in after.items() if r[0] == bucket)
+        result.append((bucket, size_before, size_after, only_before, only_after))
+    return result
+
+
+def test_bucket_diffs_counts_a_row_kept_fewer_times_and_nulls_as_equal(
+    spark: SparkSession,
+) -> None:
+    two = datetime(2026, 1, 1, 2)
+    old = [(T, 1, "a"), (T, 1, "a"), (T, 1, "a"), (T, None, None), (two, 5, "x")]
+    new = [(T, 1, "a"), (T, None, None), (T, 2, "b"), (two, 5, "x"), (two, 5, "x")]
+    got = backfill.bucket_diffs(
+        spark.createDataFrame(old, DIFF_SCHEMA), spark.createDataFrame(new, DIFF_SCHEMA)
+    )
+    expected = spark.createDataFrame([(T, 4, 3, 2, 1), (two, 1, 2, 0, 1)], DIFF_COLUMNS)
+    assert_df_equality(got, expected, ignore_nullable=True, ignore_row_order=True)
+
+
+@pytest.mark.parametrize("seed", [3, 17, 2026])
+def test_bucket_diffs_equal_a_multiset_model_on_random_sides(
+    spark: SparkSession, seed: int
+) -> None:
+    rng = random.Random(seed)  # noqa: S311 - reproducible test data, not secrets
+    starts = [T + timedelta(hours=2 * i) for i in range(3)]
+
+    def side() -> list[DiffRow]:
+        return [
+            (rng.choice(starts), rng.choice([None, 1, 2]), rng.choice([None, "p", "q"]))
+            for _ in range(rng.randint(0, 40))
+        ]
+
+    old, new = side(), side()
+    got = backfill.bucket_diffs(
+        spark.createDataFrame(old, DIFF_SCHEMA), spark.createDataFrame(new, DIFF_SCHEMA)
+    )
+    expected = spark.createDataFrame(counted_diffs(old, new), DIFF_COLUMNS)
+    assert_df_equality(got, expected, ignore_nullable=True, ignore_row_order=True)
 
 
 def write_offline_conf(tmp_path: Path, change: str) -> Path:
