@@ -22,12 +22,14 @@ from lakehouse.core.settings import Settings
 from lakehouse.offline import audit, boundary, gap, store
 from lakehouse.offline import backfill as backfill_module
 from lakehouse.offline import move as move_module
+from lakehouse.offline.backfill import backfill
 from lakehouse.offline.move import MoveOptions, MoveResult, realtime_to_offline
 from tests.offline.helpers import T0, frame, offline_setup, order, upsert
 from tests.offline.races import (
     COLUMNS,
     FIXED,
     NOW,
+    SECOND,
     WINDOW,
     H,
     Killed,
@@ -37,6 +39,7 @@ from tests.offline.races import (
     epoch_ms,
     expected,
     kill,
+    second_backfill,
     start_backfill,
 )
 
@@ -227,6 +230,38 @@ def test_a_backfill_stopped_before_its_commit_owns_nothing_and_one_stopped_after
     assert result.plan is not None
     assert result.plan.ignored == {WINDOW[0].isoformat(): 1}
     check(spark, settings, offline, expected(orders))
+
+
+def test_a_backfill_killed_after_its_commit_under_an_older_version_keeps_its_window_after_the_upgrade(  # noqa: E501
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An offline log written before announcements recorded the buckets owned through an
+    offline version (no `owned`, no `owned_through`): a backfill killed after its commit,
+    before its record, owns its window all the same (found from its commit in the offline
+    table's log), and the first announcement written since carries it on."""
+    offline, settings = offline_setup(spark, settings)
+    orders = [order(i, T0 + (2 * i + 0.5) * H) for i in range(4)]
+    upsert(spark, settings, offline, orders)
+    real_record = audit.record_move
+
+    def as_before_the_upgrade(
+        spark: SparkSession, settings: Settings, event: str, table: str, details: dict[str, Any]
+    ) -> None:
+        older = {k: v for k, v in details.items() if k not in ("owned", audit.OWNED_THROUGH)}
+        real_record(spark, settings, event, table, older)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(audit, "record_move", as_before_the_upgrade)
+        patch.setattr(backfill_module, "_record", kill)
+        with pytest.raises(Killed):
+            start_backfill(spark, settings, offline, tmp_path)()
+    assert audit.owned_buckets(spark, settings, offline, 2 * 3600) == {WINDOW[0]}
+
+    # After the upgrade: a backfill of the first one's gap, [00:00, 02:00), applied whole.
+    backfill(spark, settings, second_backfill(offline, tmp_path))
+    assert audit.owned_buckets(spark, settings, offline, 2 * 3600) == {T0, WINDOW[0]}
+    realtime_to_offline(spark, settings, MoveOptions(offline, NOW))
+    check(spark, settings, offline, [*SECOND, *FIXED, *orders[2:]])
 
 
 def test_a_move_that_advances_the_boundary_while_a_backfill_runs_is_never_moved_back(
