@@ -250,18 +250,27 @@ def _literal_pattern(key: Column) -> Column:
     return F.regexp_replace(as_json, r"([^A-Za-z0-9_])", r"\\$1")
 
 
-def in_map(rescued: Column, texts: Mapping[str, Column], record: Column) -> Column:
+def in_map(
+    rescued: Column, texts: Mapping[str, Column], record: Column, numbers: Sequence[str] = ()
+) -> Column:
     """The map of fields to rescue with every number's text as written: a `texts` column's
-    from its own projection, any other key's from the record. Where the digits cannot be told
-    (see `_as_written`), the map's own print: the record is whole in bronze. One lambda per
-    entry: only for the rows and fields to rescue."""
+    from its own projection, any other key's from the record, as is a `numbers` column's
+    (its projection is its value: `12.5` for a written `12.50`). Where
+    the digits cannot be told (see `_as_written`), the map's own print: the record is whole
+    in bronze. One lambda per entry: only for the rows and fields to rescue."""
     from pyspark.sql import functions as F
 
     def value(key: Column, current: Column) -> Column:
         written = _as_written(_literal_pattern(key), _map_double(current), record)
-        out = F.when(printed_double(current), F.coalesce(written, current)).otherwise(current)
+        found = F.when(printed_double(current), F.coalesce(written, current)).otherwise(current)
+        out = found
         for name, exact in texts.items():
-            out = F.when(key == name, F.coalesce(exact, current)).otherwise(out)
+            text = F.coalesce(exact, current)
+            if name in numbers:
+                # Its projection is a value (the VARIANT's drops trailing zeros), the
+                # rescued text the number as written.
+                text = F.when(printed_double(current), F.coalesce(written, text)).otherwise(text)
+            out = F.when(key == name, text).otherwise(out)
         return out
 
     return F.transform_values(rescued, value)

@@ -1,0 +1,134 @@
+"""JSON numbers of every length and form, decoded into integer, decimal and string columns,
+against a model that reads each number's text with Python's `Decimal`: a value is stored only
+when it is exactly a value of its column, and a rescued one keeps its text as written.
+
+Spark's JSON map prints a number with a fraction through a double, and refine tells the
+written value from that print without a second parse only where the record cannot hold a
+number the double rounds or that is written in exponent form (`exact_digits.trusted`):
+these records mix all three, in the column itself and elsewhere in the record. Epoch seconds
+read only a plain number, so `1.5e1` there is rescued, never read as its print `15.0`."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation, localcontext
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from lakehouse.core.instants import MAX_MICROS, MIN_MICROS
+from lakehouse.core.specs import SilverTableSettings
+from lakehouse.silver.transform import event_records, parse_schema, silver_columns
+from tests.silver.test_transform import bronze_rows
+
+pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
+
+SCHEMA = "id BIGINT, n BIGINT, d DECIMAL(20,4), at TIMESTAMP, s STRING"
+Row = tuple[int, int | None, Decimal | None, datetime | None, str | None, str | None]
+EPOCH = datetime(1970, 1, 1)
+
+
+def digits(rng: random.Random, count: int) -> str:
+    return "".join(rng.choice("0123456789") for _ in range(count))
+
+
+def number(rng: random.Random) -> str:
+    """A JSON number's text: short or long, plain or in exponent form, with trailing zeros,
+    or one a double rounds to a short print (`3.0000000000000000001` prints `3.0`)."""
+    sign = rng.choice(["", "", "-"])
+    whole = str(int(digits(rng, rng.randint(1, 7))))
+    form = rng.choice(["short", "short", "zeros", "long", "integer", "exponent", "rounds"])
+    if form == "short":
+        return f"{sign}{whole}.{digits(rng, rng.randint(1, 5))}"
+    if form == "zeros":
+        return f"{sign}{whole}.{digits(rng, rng.randint(0, 3))}{'0' * rng.randint(1, 4)}"
+    if form == "long":
+        return f"{sign}{whole}.{digits(rng, rng.randint(9, 20))}"
+    if form == "integer":
+        value = int(digits(rng, rng.randint(1, 22)))
+        return f"{sign if value else ''}{value}"  # the map prints an integer's -0 as 0
+    if form == "exponent":
+        mantissa = f"{whole}.{digits(rng, rng.randint(1, 6))}"
+        power = rng.choice([rng.randint(0, 25), rng.randint(290, 420)])  # past a double's too
+        return f"{sign}{mantissa}{rng.choice('eE')}{rng.choice(['', '+', '-'])}{power}"
+    return f"{sign}{whole}.{'0' * rng.randint(14, 22)}{rng.randint(1, 9)}"
+
+
+def as_integer(text: str) -> int | None:
+    value = Decimal(text)
+    if value != value.to_integral_value() or not -(2**63) <= value < 2**63:
+        return None
+    return int(value)
+
+
+def as_decimal(text: str) -> Decimal | None:
+    """`text` as a DECIMAL(20,4) when it is one exactly: at most 4 fraction digits once its
+    trailing zeros are gone, at most 16 integer digits."""
+    value = Decimal(text)
+    with localcontext(prec=100):  # the default 28 digits would round a long fraction away
+        fraction = 0 if value == 0 else max(0, -int(value.normalize().as_tuple().exponent))
+    if fraction > 4 or abs(value) >= 10**16:
+        return None
+    try:
+        return value.quantize(Decimal("0.0001"))
+    except InvalidOperation:  # pragma: no cover - bounded above
+        return None
+
+
+def as_epoch_seconds(text: str) -> datetime | None:
+    """Epoch seconds written plainly (an exponent form is not a count of seconds as sent),
+    floored to the microsecond, within the years 0001-9999."""
+    if "e" in text.lower():
+        return None
+    with localcontext(prec=100):
+        micros = math.floor(Decimal(text) * 1_000_000)
+    if not MIN_MICROS <= micros <= MAX_MICROS:
+        return None
+    return EPOCH + timedelta(microseconds=micros)
+
+
+def record(rng: random.Random, i: int) -> tuple[bytes, Row]:
+    """One record's JSON text (fields in a fixed order, some spaced) and the row the model
+    expects from it."""
+    n, d, at, s = number(rng), number(rng), number(rng), number(rng)
+    extra = rng.choice([None, number(rng), f"ref-{digits(rng, rng.randint(3, 20))}"])
+    fields = [("id", str(i)), ("n", n), ("d", d), ("at", at), ("s", s)]
+    if extra is not None:
+        fields.append(("x", extra if extra[0] != "r" else json.dumps(extra)))
+    space = rng.choice(["", " "])
+    text = "{" + f",{space}".join(f'"{k}":{space}{v}' for k, v in fields) + "}"
+    integer, decimal, instant = as_integer(n), as_decimal(d), as_epoch_seconds(at)
+    rescued = {
+        k: v
+        for k, v, value in [("n", n, integer), ("d", d, decimal), ("at", at, instant)]
+        if value is None
+    }
+    if extra is not None:
+        rescued["x"] = extra
+    kept = json.dumps(rescued, separators=(",", ":")) if rescued else None
+    return text.encode(), (i, integer, decimal, instant, s, kept)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_number_is_stored_exactly_or_rescued_as_written_whatever_else_the_record_holds(
+    spark: SparkSession, seed: int
+) -> None:
+    rng = random.Random(seed)  # noqa: S311 - reproducible test data
+    records = [record(rng, i) for i in range(300)]
+    table = SilverTableSettings(source="src", mode="append", schema=SCHEMA)
+    values: list[Any] = [text for text, _ in records]
+    parsed = event_records(
+        bronze_rows(spark, values), table, parse_schema(SCHEMA, encodings={"at": "epoch_s"})
+    )
+    expected = spark.createDataFrame([row for _, row in records], f"{SCHEMA}, _rescued_data STRING")
+    assert_df_equality(
+        parsed.select(*silver_columns(parsed)),
+        expected,
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
