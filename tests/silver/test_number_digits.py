@@ -1,12 +1,14 @@
-"""JSON numbers of every length and form, decoded into integer, decimal and string columns,
-against a model that reads each number's text with Python's `Decimal`: a value is stored only
-when it is exactly a value of its column, and a rescued one keeps its text as written.
+"""JSON numbers of every length and form, decoded into integer, decimal, epoch-seconds and
+string columns, against a model that reads each number's text with Python's `Decimal`: a value
+is stored only when it is exactly a value of its column, and a rescued one keeps its text as
+written.
 
-Spark's JSON map prints a number with a fraction through a double, and refine tells the
-written value from that print without a second parse only where the record cannot hold a
-number the double rounds or that is written in exponent form (`exact_digits.trusted`):
-these records mix all three, in the column itself and elsewhere in the record. Epoch seconds
-read only a plain number, so `1.5e1` there is rescued, never read as its print `15.0`."""
+Spark's JSON map prints a number with a fraction through a double, and refine takes an integer
+or decimal column's value from that print without a second parse only where the record holds
+no number the double may round (`exact_digits.trusted`): these records mix both, in the column
+itself and elsewhere in the record, with exponents past a double's range (`1e-400` prints
+`0.0`). Epoch seconds read only a plain number, so `1.5e1` there is rescued, never read as its
+print `15.0`."""
 
 from __future__ import annotations
 
