@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lakehouse.core import faults, tables
+from lakehouse.core.columns import named
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 from lakehouse.core.specs import OfflineTableSettings
@@ -302,14 +303,14 @@ def bucket_diffs(old: DataFrame, new: DataFrame) -> DataFrame:
     multisets of whole rows (`exceptAll`'s semantics: nulls equal, a row kept fewer times counts
     its extra copies). One aggregation counts each distinct row on both sides, so the plan is
     read once instead of twice per `exceptAll` and once per count. Both sides have the same
-    columns, `bucket` among them."""
+    columns, the bucket (`store.BUCKET`) among them."""
     from pyspark.sql import functions as F
 
     side = "__lakehouse_side"
     counted = (
         old.withColumn(side, F.lit(0))
         .unionByName(new.withColumn(side, F.lit(1)))
-        .groupBy(*[F.col(f"`{c}`") for c in old.columns])
+        .groupBy(*[named(c) for c in old.columns])
         .agg(
             F.count_if(F.col(side) == 0).alias("o"),
             F.count_if(F.col(side) == 1).alias("n"),
