@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 VARIANT = "_lh_variant"  # the record parsed as a VARIANT, on rows that need it
 _WHOLE = "_lh_whole_variant"  # a cut record's whole, parsed as a VARIANT
 TEXT = "_lh_text"  # + column position: a column's text with its digits as written
-# Whether every number in the record is written plainly with at most 15 digits (`short`).
+# Whether the record's text has no number of 16 digits or more (`short`).
 SHORT = "_lh_short_numbers"
 # How Java prints a double: the map's text of every JSON number with a fraction or exponent
 # (one past a double's range is the quoted `"Infinity"`).
@@ -298,9 +298,9 @@ def in_map(
 ) -> Column:
     """The map of fields to rescue with every number's text as written: a `texts` column's
     from its own projection, any other key's from the record, as is a `numbers` column's
-    (its projection is its value: `12.5` for a written `12.50`). Where
-    the digits cannot be told (see `_as_written`), the map's own print: the record is whole
-    in bronze. One lambda per entry: only for the rows and fields to rescue."""
+    (its projection is its value: `12.5` for a written `12.50`). Where the digits cannot be
+    told (see `_as_written`), the map's own print: the record is whole in bronze. One lambda
+    per entry: only for the rows and fields to rescue."""
     from pyspark.sql import functions as F
 
     def value(key: Column, current: Column) -> Column:
