@@ -3,8 +3,9 @@
 Spark's JSON map (`from_json` to `map<string,string>`, the text every field is decoded from)
 prints every number with a fraction or an exponent through a double: 12345678901234567.89
 reached the decimal decoder as 1.2345678901234568E16, 3.0000000000000000001 reached an INT
-column as 3.0 and was stored as 3, a STRING column held `100.0` for `1e2`, and a rescued field
-lost its digits. A VARIANT parse keeps a number's digits (up to 38).
+column as 3.0 and was stored as 3, a STRING column held `100.0` for `1e2` (and `0` for `-0`,
+an integer's print), and a rescued field lost its digits. A VARIANT parse keeps a number's
+digits (up to 38).
 
 Only rows where the map printed such a double for a column that needs the digits, or that
 hold a nested column (`lakehouse.silver.nested` decodes it from the VARIANT), are parsed as a
@@ -65,6 +66,7 @@ _WRITTEN_NUMBER = r'"\s*:\s*(-?[0-9][0-9.eE+-]*)'
 # A number a double may not hold: 16 digits or more (a dot counted as one), anywhere in a
 # record's text (in a string too: then the record is only not `short`).
 _LONG_NUMBER = "[0-9.]{16}"
+_NEGATIVE_ZERO = r":\s*-0"  # a value written as -0 (or -0.5: only a look-up too many)
 
 # How a column's digits are found (`columns`).
 WRITTEN = "written"  # strings: a number's text exactly as written (`1.50`, `-0.0`, `1e2`)
@@ -115,6 +117,16 @@ def printed_double(text: Column) -> Column:
     return (text.contains(".") | text.endswith('y"')) & text.rlike(DOUBLE_PRINT)
 
 
+def lossy(how: str, current: Column, record: Column) -> Column:
+    """Whether the map's `current` may not be a `how` column's number as written: a double's
+    print, or for a string a `0` in a `record` that writes a `-0` (the map prints an integer's
+    `-0` as `0`; a regular expression only on such rows)."""
+    printed = printed_double(current)
+    if how != WRITTEN:
+        return printed
+    return printed | ((current == "0") & record.rlike(_NEGATIVE_ZERO))
+
+
 def trusted(current: Column) -> Column:
     """Whether a VALUE column's double print `current` is the value written (where
     `printed_double`): the record is `short`, so the number was written with at most 15
@@ -155,15 +167,14 @@ def variant(
     several times to find the image, it would be parsed each time), taken to the record."""
     from pyspark.sql import functions as F
 
+    source = within.whole if within else record
     printed = [
-        printed_double(raw[n]) & ~trusted(raw[n]) if how == VALUE else printed_double(raw[n])
+        printed_double(raw[n]) & ~trusted(raw[n]) if how == VALUE else lossy(how, raw[n], source)
         for n, how in names.items()
         if how != ZERO
     ]
     # Projected first when a VALUE column reads it: a regular expression on the whole text.
-    first = (
-        [short(within.whole if within else record).alias(SHORT)] if VALUE in names.values() else []
-    )
+    first = [short(source).alias(SHORT)] if VALUE in names.values() else []
     if within is not None:
         printed += [cut_infinity(raw[n]) for n in names]
     printed += [raw[n].isNotNull() for n in nested]
@@ -213,7 +224,13 @@ def text(name: str, how: str, current: Column, record: Column, cut: bool = False
         return _outside_range(key_pattern, current, record)
     written = _as_written(key_pattern, _map_double(current), record)
     if path is None or kind is None:
-        return F.when(printed_double(current), written).otherwise(current)
+        # A `0` may also be a string's: then it is not found as a number.
+        zero = F.coalesce(written, current)
+        return (
+            F.when(printed_double(current), written)
+            .when(lossy(how, current, record), zero)
+            .otherwise(current)
+        )
     as_text = F.try_variant_get(F.col(VARIANT), path, "string")
     # Telling a double from a decimal costs ~0.5 s per million rows and column, less than
     # looking for an exponent in the record (bench/README, silver throughput).
@@ -237,7 +254,7 @@ def text(name: str, how: str, current: Column, record: Column, cut: bool = False
         exact = F.when(unparsed | is_double, written).when(agrees, as_text)
         if how == VALUE:
             return F.when(printed_double(current) & ~trusted(current), exact).otherwise(current)
-    return F.when(printed_double(current), exact).otherwise(current)
+    return F.when(lossy(how, current, record), exact).otherwise(current)
 
 
 def _outside_range(key_pattern: Column, current: Column, record: Column) -> Column:
@@ -305,8 +322,8 @@ def in_map(
 
     def value(key: Column, current: Column) -> Column:
         written = _as_written(_literal_pattern(key), _map_double(current), record)
-        found = F.when(printed_double(current), F.coalesce(written, current)).otherwise(current)
-        out = found
+        found = F.coalesce(written, current)
+        out = F.when(lossy(WRITTEN, current, record), found).otherwise(current)
         for name, exact in texts.items():
             text = F.coalesce(exact, current)
             if name in numbers:

@@ -8,11 +8,13 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
+from lakehouse.bronze.transform import kafka_to_bronze
 from lakehouse.core import kafka
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
@@ -28,6 +30,25 @@ from tests.conftest import pg_connect
 Round = tuple[list[str], int]
 
 ORDER_SCHEMA = "order_id BIGINT, customer_id BIGINT, order_status STRING, amount DOUBLE, ts BIGINT"
+
+KAFKA = (
+    "key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
+    "partition int, offset long, timestamp timestamp, timestampType int"
+)
+
+
+def bronze_rows(spark: SparkSession, values: list[object]) -> DataFrame:
+    """Bronze rows as ingest writes them, from Kafka records holding `values` (dicts become
+    JSON, bytes are sent as they are)."""
+    at = datetime(2026, 1, 1)
+    raw = spark.createDataFrame(
+        [
+            (None, v if isinstance(v, bytes) else json.dumps(v).encode(), None, "t", 0, i, at, 0)
+            for i, v in enumerate(values)
+        ],
+        KAFKA,
+    )
+    return kafka_to_bronze(raw, "src", "events", 1 << 20)
 
 
 def rule(

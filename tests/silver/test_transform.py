@@ -2,37 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
-
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse.bronze.transform import kafka_to_bronze
 from lakehouse.core.specs import SilverTableSettings
 from lakehouse.silver.transform import event_records, parse_schema, silver_columns
+from tests.silver.helpers import bronze_rows
 
 pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
-
-KAFKA = (
-    "key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
-    "partition int, offset long, timestamp timestamp, timestampType int"
-)
-
-
-def bronze_rows(spark: SparkSession, values: list[object]) -> DataFrame:
-    """Bronze rows as ingest writes them, from Kafka records holding `values` (dicts become
-    JSON, bytes are sent as they are)."""
-    at = datetime(2026, 1, 1)
-    raw = spark.createDataFrame(
-        [
-            (None, v if isinstance(v, bytes) else json.dumps(v).encode(), None, "t", 0, i, at, 0)
-            for i, v in enumerate(values)
-        ],
-        KAFKA,
-    )
-    return kafka_to_bronze(raw, "src", "events", 1 << 20)
 
 
 def refined(spark: SparkSession, values: list[object], table: SilverTableSettings) -> DataFrame:
