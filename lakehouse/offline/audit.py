@@ -173,14 +173,13 @@ def owned_buckets(
     announced = announced or announcements(spark, settings, table)
     path = store.offline_path(settings, table)
     latest = tables.latest_version(spark, path)
-    base = _base(spark, settings, table)
-    if base is None:
-        pending = [a for a in announced() if a.txn not in recorded]
-        for a in guard.committed(spark, path, pending, latest):
-            owned.update(buckets.starts(*a.window, bucket))
-        return owned
-    through, kept = base
+    through, kept = _base(spark, settings, table) or (None, set[datetime]())
     owned |= kept
+    if through is None:
+        pending = [a.offline_version for a in announced() if a.txn not in recorded]
+        if not pending:
+            return owned
+        through = min(pending)
     commits = guard.txn_commits(spark, path, through, latest)
     if any(guard.is_backfill(app) for app, _seq in commits):
         for a in announced(set(commits)):

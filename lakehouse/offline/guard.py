@@ -105,16 +105,6 @@ def txn_commits(spark: SparkSession, path: str, since: int, until: int) -> dict[
     return found
 
 
-def committed(
-    spark: SparkSession, path: str, announced: list[Announced], until: int
-) -> list[Announced]:
-    """The announced backfills whose commit is in the table's log up to version `until`."""
-    if not announced:
-        return []
-    commits = txn_commits(spark, path, min(a.offline_version for a in announced), until)
-    return [a for a in announced if a.txn in commits]
-
-
 def commits_since(spark: SparkSession, path: str, version: int) -> dict[Txn, int]:
     """The transactions committed after `version` (a move's plan) up to the latest: read once
     before the write (`backfilled_in`) and once after it (`restore_backfills`)."""
