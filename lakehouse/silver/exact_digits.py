@@ -131,19 +131,22 @@ def trusted(current: Column) -> Column:
     """Whether a VALUE column's double print `current` is the value written (where
     `printed_double`): the record is `short`, so the number was written with at most 15
     digits, and so is the print, which is not zero. Two such decimals that round to the same
-    double are the same number (a double tells 15 significant digits apart), so no VARIANT
-    is needed to tell the value: 12.5 in an orders event parses the record once, not twice.
-    Only the form can differ (`12.50` and `1.25e1` print `12.5`): no integer or decimal
-    decoder tells them apart, and a rescued value is looked up as written (`in_map`). Not
-    trusted: a print with an exponent; `"Infinity"`, the print of `1e400`; zero, also the
-    print of a number below a double's range (`1e-400`); a longer print (Java 17's
-    `Double.toString` may print more digits than the value needs)."""
+    normal double are the same number (a double tells 15 significant digits apart), so no
+    VARIANT is needed to tell the value: 12.5 in an orders event parses the record once, not
+    twice. Only the form can differ (`12.50` and `1.25e1` print `12.5`): no integer or
+    decimal decoder tells them apart, and a rescued value is looked up as written (`in_map`).
+    A print with an exponent (from 1e7 on, below 1e-3) is trusted too: one of a subnormal
+    double (below 2.3e-308) may not be the number written, but no integer or decimal (at most
+    38 fraction digits) holds it, so it is rescued, as written. Not trusted: `"Infinity"`, the
+    print of `1e400`; zero, also the print of a number below a double's range (`1e-400`); a
+    longer print (Java 17's `Double.toString` may print more digits than the value needs)."""
     from pyspark.sql import functions as F
 
     # A print (`printed_double`) is digits, a dot, digits, then perhaps `E` and its exponent.
     digits = F.when(current.startswith("-"), F.lit(17)).otherwise(F.lit(16))
-    plain = ~current.contains("E") & ~current.contains('"') & ~current.isin("0.0", "-0.0")
-    return F.col(SHORT) & plain & (F.length(current) <= digits)
+    mantissa = F.when(current.contains("E"), F.substring_index(current, "E", 1)).otherwise(current)
+    plain = ~current.contains('"') & ~current.isin("0.0", "-0.0")
+    return F.col(SHORT) & plain & (F.length(mantissa) <= digits)
 
 
 def short(record: Column) -> Column:

@@ -33,6 +33,20 @@ pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 SCHEMA = "id BIGINT, n BIGINT, d DECIMAL(20,4), at TIMESTAMP, s STRING"
 Row = tuple[int, int | None, Decimal | None, datetime | None, str | None, str | None]
 EPOCH = datetime(1970, 1, 1)
+# How a number is written (`number`), short ones twice as often.
+FORMS = (
+    "short",
+    "short",
+    "zeros",
+    "long",
+    "integer",
+    "exponent",
+    "rounds",
+    "zero",
+    "large",
+    "small",
+    "print",
+)
 
 
 def digits(rng: random.Random, count: int) -> str:
@@ -41,10 +55,17 @@ def digits(rng: random.Random, count: int) -> str:
 
 def number(rng: random.Random) -> str:
     """A JSON number's text: short or long, plain or in exponent form, with trailing zeros,
-    or one a double rounds to a short print (`3.0000000000000000001` prints `3.0`)."""
+    large or small (a double's print of it has an exponent), or one a double rounds to a
+    short print (`3.0000000000000000001` prints `3.0`)."""
     sign = rng.choice(["", "", "-"])
     whole = str(int(digits(rng, rng.randint(1, 7))))
-    form = rng.choice(["short", "short", "zeros", "long", "integer", "exponent", "rounds", "zero"])
+    form = rng.choice(FORMS)
+    if form == "large":  # a double prints an exponent from 1e7 on (1.2345678E7)
+        return f"{sign}{int(digits(rng, rng.randint(8, 14)))}.{digits(rng, rng.randint(0, 2))}0"
+    if form == "small":  # and below 1e-3 (1.5E-4)
+        return f"{sign}0.{'0' * rng.randint(2, 7)}{digits(rng, rng.randint(1, 4))}"
+    if form == "print":  # Java 17 prints more digits than needed: 2.82879384806159008E17
+        return sign + rng.choice(["282879384806159e3", "2e23", "8.41e21", "1e23"])
     if form == "zero":  # the map prints an integer's -0 as 0 and -0.0 as -0.0
         return rng.choice(["0", "-0", "0.0", "-0.0", "-0.000", "0e0", "-0E5"])
     if form == "short":
