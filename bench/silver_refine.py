@@ -17,7 +17,8 @@ deletes). `--breakdown` also times, on the same bronze rows read as a static Dat
 written to Spark's `noop` sink, how far each step of a refine batch gets: the hand-written
 parse, refine's parse (`plan.transform`), plus the rules' evaluation, plus the cache and the
 batch's one aggregation. Needs Kafka (started here if it is not running, and stopped again at
-the end if it was started here).
+the end if it was started here). `--amounts large` sends amounts from 1e7 on, which Spark's JSON
+map prints with an exponent (12345012.5 as 1.23450125E7).
 """
 
 from __future__ import annotations
@@ -294,6 +295,14 @@ def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int,
         print(f"  {label:<42} {statistics.median(values):6.2f} s")
 
 
+def large_event(i: int) -> dict[str, Any]:
+    """Order `i` with its amount from 1e7 on (`-5.0`, a rule's break, stays)."""
+    order = event(i)
+    if order["amount"] > 0:
+        order["amount"] += 12_345_000
+    return order
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -301,6 +310,7 @@ def main() -> None:
     parser.add_argument("--modes", default="append,upsert")
     parser.add_argument("--breakdown", action="store_true")
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--amounts", choices=("plain", "large"), default="plain")
     args = parser.parse_args()
     modes = args.modes.split(",")
     # Each refine batch's line: its phases (parse for CDC, check, silver, quarantine, metrics).
@@ -315,7 +325,9 @@ def main() -> None:
     kafka_was_running = kafka_status(settings).startswith("running")
     start_kafka(settings)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    preload(settings, topic, args.events, event, PARTITIONS)
+    preload(
+        settings, topic, args.events, large_event if args.amounts == "large" else event, PARTITIONS
+    )
     sources = {
         SOURCE: SourceSettings(
             kind="events", topics=(topic,), max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER
