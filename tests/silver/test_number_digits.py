@@ -30,8 +30,9 @@ from tests.silver.helpers import bronze_rows
 
 pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 
-SCHEMA = "id BIGINT, n BIGINT, d DECIMAL(20,4), at TIMESTAMP, s STRING"
-Row = tuple[int, int | None, Decimal | None, datetime | None, str | None, str | None]
+SCHEMA = "id BIGINT, n BIGINT, d DECIMAL(20,4), w DECIMAL(38,0), at TIMESTAMP, s STRING"
+Number = Decimal | None
+Row = tuple[int, int | None, Number, Number, datetime | None, str | None, str | None]
 EPOCH = datetime(1970, 1, 1)
 # How a number is written (`number`), short ones twice as often.
 FORMS = (
@@ -91,15 +92,15 @@ def as_integer(text: str) -> int | None:
     return int(value)
 
 
-def as_decimal(text: str) -> Decimal | None:
-    """`text` as a DECIMAL(20,4) when it is one exactly: at most 4 fraction digits once its
-    trailing zeros are gone, at most 16 integer digits."""
+def as_decimal(text: str, precision: int, scale: int) -> Decimal | None:
+    """`text` as a DECIMAL(precision, scale) when it is one exactly: at most `scale` fraction
+    digits once its trailing zeros are gone, at most `precision - scale` integer digits."""
     value = Decimal(text)
-    with localcontext(prec=100):  # the default 28 digits would round a long fraction away
+    with localcontext(prec=100):  # the default 28 digits would round a long number away
         fraction = 0 if value == 0 else max(0, -int(value.normalize().as_tuple().exponent))
-    if fraction > 4 or abs(value) >= 10**16:
-        return None
-    return value.quantize(Decimal("0.0001"))
+        if fraction > scale or abs(value) >= 10 ** (precision - scale):
+            return None
+        return value.quantize(Decimal(1).scaleb(-scale))
 
 
 def as_epoch_seconds(text: str) -> datetime | None:
@@ -117,24 +118,23 @@ def as_epoch_seconds(text: str) -> datetime | None:
 def record(rng: random.Random, i: int) -> tuple[bytes, Row]:
     """One record's JSON text (fields in a fixed order, some spaced) and the row the model
     expects from it."""
-    n, d, at, s = number(rng), number(rng), number(rng), number(rng)
+    n, d, w, at, s = number(rng), number(rng), number(rng), number(rng), number(rng)
     quoted = rng.random() < 0.2  # a string that reads as a number: kept as sent
     extra = rng.choice([None, number(rng), f"ref-{digits(rng, rng.randint(3, 20))}"])
-    fields = [("id", str(i)), ("n", n), ("d", d), ("at", at), ("s", json.dumps(s) if quoted else s)]
+    fields = [("id", str(i)), ("n", n), ("d", d), ("w", w), ("at", at)]
+    fields.append(("s", json.dumps(s) if quoted else s))
     if extra is not None:
         fields.append(("x", extra if extra[0] != "r" else json.dumps(extra)))
     space = rng.choice(["", " "])
     text = "{" + f",{space}".join(f'"{k}":{space}{v}' for k, v in fields) + "}"
-    integer, decimal, instant = as_integer(n), as_decimal(d), as_epoch_seconds(at)
-    rescued = {
-        k: v
-        for k, v, value in [("n", n, integer), ("d", d, decimal), ("at", at, instant)]
-        if value is None
-    }
+    integer, decimal, instant = as_integer(n), as_decimal(d, 20, 4), as_epoch_seconds(at)
+    wide = as_decimal(w, 38, 0)
+    values = [("n", n, integer), ("d", d, decimal), ("w", w, wide), ("at", at, instant)]
+    rescued = {k: v for k, v, value in values if value is None}
     if extra is not None:
         rescued["x"] = extra
     kept = json.dumps(rescued, separators=(",", ":")) if rescued else None
-    return text.encode(), (i, integer, decimal, instant, s, kept)
+    return text.encode(), (i, integer, decimal, wide, instant, s, kept)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
