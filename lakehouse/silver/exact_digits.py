@@ -35,7 +35,8 @@ holds the VARIANT's text (`1.5` for `1.50`), and `_rescued_data` the map's print
 whole in bronze). A record with a duplicate key has no VARIANT, nor has a column whose name
 holds both quote characters a VARIANT path: their digits are looked up as written only. A
 DOUBLE column looks up only a number outside its range: a `0.0` (`1e-400`), in records with a
-negative exponent, and keeps `0.0` where it cannot be told, and one past it (`1e400`). Cutting
+negative exponent, and keeps `0.0` where it cannot be told, and one past it (`1e400`); and a
+`0` in a record with a `-0`. Cutting
 an image writes a number past a double's range as the string "Infinity": the image's VARIANT
 tells it from a string sent so.
 """
@@ -264,14 +265,16 @@ def _outside_range(key_pattern: Column, current: Column, record: Column) -> Colu
     """A DOUBLE column's text: a double's own rounding is its nature; only a number outside
     its range is looked up (and then does not decode; a rescued copy holds it as written):
     one below it, which the map prints as 0.0, only in a record with a negative exponent in
-    it, and one past it, the map's quoted "Infinity". The map's text where it cannot be
+    it, and one past it, the map's quoted "Infinity". And a `-0`, which the map prints as
+    `0` (an integer's print): -0.0 is not 0.0 (`1 / x`). The map's text where it cannot be
     told."""
     from pyspark.sql import functions as F
 
     below = current.isin("0.0", "-0.0") & (record.contains("e-") | record.contains("E-"))
     past = current.isin('"Infinity"', '"-Infinity"')
+    signed = (current == "0") & record.rlike(_NEGATIVE_ZERO)
     written = _as_written(key_pattern, _map_double(current), record)
-    return F.when(below | past, F.coalesce(written, current)).otherwise(current)
+    return F.when(below | past | signed, F.coalesce(written, current)).otherwise(current)
 
 
 def _map_double(current: Column) -> Column:

@@ -1,5 +1,5 @@
-"""JSON numbers of every length and form, decoded into integer, decimal, epoch-seconds and
-string columns, against a model that reads each number's text with Python's `Decimal`: a value
+"""JSON numbers of every length and form, decoded into integer, decimal, epoch-seconds, double
+and string columns, against a model that reads each number's text with Python's `Decimal`: a value
 is stored only when it is exactly a value of its column, and a rescued one keeps its text as
 written.
 
@@ -8,7 +8,7 @@ or decimal column's value from that print without a second parse only where the 
 no number the double may round (`exact_digits.trusted`): these records mix both, in the column
 itself and elsewhere in the record, with exponents past a double's range (`1e-400` prints
 `0.0`). Epoch seconds read only a plain number, so `1.5e1` there is rescued, never read as its
-print `15.0`."""
+print `15.0`. A double keeps its sign: `-0` (which the map prints `0`) is -0.0."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from tests.silver.helpers import bronze_rows
 
 pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 
-SCHEMA = "id BIGINT, n BIGINT, d DECIMAL(20,4), w DECIMAL(38,0), at TIMESTAMP, s STRING"
+SCHEMA = "id BIGINT, n BIGINT, d DECIMAL(20,4), w DECIMAL(38,0), at TIMESTAMP, f DOUBLE, s STRING"
 Number = Decimal | None
-Row = tuple[int, int | None, Number, Number, datetime | None, str | None, str | None]
+Row = tuple[int, int | None, Number, Number, datetime | None, float | None, str | None, str | None]
 EPOCH = datetime(1970, 1, 1)
 # How a number is written (`number`), short ones twice as often.
 FORMS = (
@@ -103,6 +103,20 @@ def as_decimal(text: str, precision: int, scale: int) -> Decimal | None:
         return value.quantize(Decimal(1).scaleb(-scale))
 
 
+def as_double(text: str) -> float | None:
+    """The double nearest `text` (Python's and Java's parses both round correctly), with its
+    sign (`-0` is -0.0), when it is within a double's range: past it, or a non-zero number
+    below it, is not the value sent."""
+    value = float(text)
+    if math.isinf(value) or (value == 0 and Decimal(text) != 0):
+        return None
+    return value
+
+
+def is_negative_zero(value: float | None) -> bool:
+    return value == 0 and math.copysign(1, value) < 0
+
+
 def as_epoch_seconds(text: str) -> datetime | None:
     """Epoch seconds written plainly (an exponent form is not a count of seconds as sent),
     floored to the microsecond, within the years 0001-9999."""
@@ -118,10 +132,10 @@ def as_epoch_seconds(text: str) -> datetime | None:
 def record(rng: random.Random, i: int) -> tuple[bytes, Row]:
     """One record's JSON text (fields in a fixed order, some spaced) and the row the model
     expects from it."""
-    n, d, w, at, s = number(rng), number(rng), number(rng), number(rng), number(rng)
+    n, d, w, at, f, s = (number(rng) for _ in range(6))
     quoted = rng.random() < 0.2  # a string that reads as a number: kept as sent
     extra = rng.choice([None, number(rng), f"ref-{digits(rng, rng.randint(3, 20))}"])
-    fields = [("id", str(i)), ("n", n), ("d", d), ("w", w), ("at", at)]
+    fields = [("id", str(i)), ("n", n), ("d", d), ("w", w), ("at", at), ("f", f)]
     fields.append(("s", json.dumps(s) if quoted else s))
     if extra is not None:
         fields.append(("x", extra if extra[0] != "r" else json.dumps(extra)))
@@ -129,12 +143,14 @@ def record(rng: random.Random, i: int) -> tuple[bytes, Row]:
     text = "{" + f",{space}".join(f'"{k}":{space}{v}' for k, v in fields) + "}"
     integer, decimal, instant = as_integer(n), as_decimal(d, 20, 4), as_epoch_seconds(at)
     wide = as_decimal(w, 38, 0)
-    values = [("n", n, integer), ("d", d, decimal), ("w", w, wide), ("at", at, instant)]
+    double = as_double(f)
+    values: list[tuple[str, str, object]] = [("n", n, integer), ("d", d, decimal)]
+    values += [("w", w, wide), ("at", at, instant), ("f", f, double)]
     rescued = {k: v for k, v, value in values if value is None}
     if extra is not None:
         rescued["x"] = extra
     kept = json.dumps(rescued, separators=(",", ":")) if rescued else None
-    return text.encode(), (i, integer, decimal, wide, instant, s, kept)
+    return text.encode(), (i, integer, decimal, wide, instant, double, s, kept)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -149,9 +165,8 @@ def test_every_number_is_stored_exactly_or_rescued_as_written_whatever_else_the_
         bronze_rows(spark, values), table, parse_schema(SCHEMA, encodings={"at": "epoch_s"})
     )
     expected = spark.createDataFrame([row for _, row in records], f"{SCHEMA}, _rescued_data STRING")
-    assert_df_equality(
-        parsed.select(*silver_columns(parsed)),
-        expected,
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
+    stored = parsed.select(*silver_columns(parsed))
+    assert_df_equality(stored, expected, ignore_row_order=True, ignore_nullable=True)
+    # Rows compare -0.0 equal to 0.0: the sign is compared apart.
+    negative_zeros = {row[0] for _, row in records if is_negative_zero(row[5])}
+    assert {r.id for r in stored.collect() if is_negative_zero(r.f)} == negative_zeros
