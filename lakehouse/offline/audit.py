@@ -127,9 +127,28 @@ def announce_backfill(
     )
 
 
+@dataclass(frozen=True)
+class OfflineLog:
+    """A table's events in `_system/offline_log`, read once, and the offline table's latest
+    version, read just before them: each backfill is announced before it commits, so every
+    backfill committed up to that version is among them."""
+
+    offline_version: int
+    events: list[dict[str, Any]]
+
+
+def read_offline_log(spark: SparkSession, settings: Settings, table: str) -> OfflineLog:
+    latest = tables.latest_version(spark, store.offline_path(settings, table))
+    return OfflineLog(latest, system.read_log(spark, settings, system.OFFLINE_LOG, table))
+
+
 def announced_backfills(
     spark: SparkSession, settings: Settings, table: str
 ) -> list[guard.Announced]:
+    return _announced(system.read_log(spark, settings, system.OFFLINE_LOG, table))
+
+
+def _announced(events: list[dict[str, Any]]) -> list[guard.Announced]:
     return [
         guard.Announced(
             (e["app_id"], int(e["seq"])),
@@ -137,7 +156,7 @@ def announced_backfills(
             int(e["offline_version"]),
             tuple(datetime.fromisoformat(b) for b in e.get("gap") or ()),
         )
-        for e in system.read_log(spark, settings, system.OFFLINE_LOG, table)
+        for e in events
         if e["event"] == BACKFILL_ANNOUNCED
     ]
 
@@ -156,6 +175,7 @@ def owned_buckets(
     table: str,
     bucket: int,
     announced: guard.Announcements | None = None,
+    log: OfflineLog | None = None,
 ) -> set[datetime]:
     """The bucket starts inside the window of any backfill of `table` that committed, for good
     (a run's record comes only at its end; killed after its commit, its rows are in the table
@@ -163,24 +183,26 @@ def owned_buckets(
     record of their own whose commit is in the offline table's log. The log is read from the
     latest base on (`_base`: the last move plan or backfill announcement that kept the
     buckets it found owned, through an offline version), a bounded read; with no base yet,
-    from the first unrecorded announcement's offline version."""
+    from the first unrecorded announcement's offline version. `_system/offline_log` is read
+    once (`log`, unless given), and `announced` takes that read."""
     runs = backfills(spark, settings, table).select(*RUN_COLUMNS).collect()
     owned: set[datetime] = set()
     for row in runs:
         if row["status"] == "applied":
             owned.update(buckets.starts(row["window_from"], row["window_to"], bucket))
     recorded = {run_txn(table, row) for row in runs}
+    log = log or read_offline_log(spark, settings, table)
     announced = announced or announcements(spark, settings, table)
-    path = store.offline_path(settings, table)
-    latest = tables.latest_version(spark, path)
-    through, kept = _base(spark, settings, table) or (None, set[datetime]())
+    announced.take(_announced(log.events))
+    through, kept = _base(log.events) or (None, set[datetime]())
     owned |= kept
     if through is None:
         pending = [a.offline_version for a in announced() if a.txn not in recorded]
         if not pending:
             return owned
         through = min(pending)
-    commits = guard.txn_commits(spark, path, through, latest)
+    path = store.offline_path(settings, table)
+    commits = guard.txn_commits(spark, path, through, log.offline_version)
     if any(guard.is_backfill(app) for app, _seq in commits):
         for a in announced(set(commits)):
             if a.txn in commits and a.txn not in recorded:
@@ -188,10 +210,10 @@ def owned_buckets(
     return owned
 
 
-def _base(spark: SparkSession, settings: Settings, table: str) -> tuple[int, set[datetime]] | None:
+def _base(events: list[dict[str, Any]]) -> tuple[int, set[datetime]] | None:
     """(offline version, the buckets owned through it) of the latest move plan or backfill
-    announcement that recorded them; None before any did (older records did not)."""
-    events = system.read_log(spark, settings, system.OFFLINE_LOG, table)
+    announcement among `events` that recorded them; None before any did (older records did
+    not)."""
     kept = [e for e in events if e.get(OWNED_THROUGH) is not None and e.get("owned") is not None]
     if not kept:
         return None
@@ -258,11 +280,12 @@ def _committed_over(
 
 def move_events(spark: SparkSession, settings: Settings, table: str) -> list[dict[str, Any]]:
     """The plans and outcomes of `realtime_to_offline` for `table`, oldest first."""
-    return [
-        e
-        for e in system.read_log(spark, settings, system.OFFLINE_LOG, table)
-        if e["event"] in (MOVE_PLANNED, MOVED)
-    ]
+    return moves(system.read_log(spark, settings, system.OFFLINE_LOG, table))
+
+
+def moves(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The plans and outcomes of `realtime_to_offline` among a table's `events`."""
+    return [e for e in events if e["event"] in (MOVE_PLANNED, MOVED)]
 
 
 def record_move(

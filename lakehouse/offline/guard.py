@@ -88,6 +88,11 @@ class Announcements:
             self._seen = self._read()
         return self._seen
 
+    def take(self, seen: list[Announced]) -> None:
+        """A read of the same log made elsewhere, newer than any before (the log only grows,
+        and it is read just before this is called)."""
+        self._seen = seen
+
 
 def txn_commits(spark: SparkSession, path: str, since: int, until: int) -> dict[Txn, int]:
     """The Delta transactions committed in versions (since, until] of the table at `path`,

@@ -36,7 +36,8 @@ def waiting(
     if before is not None:
         closed = closed.where(F.col(BUCKET) >= F.lit(before.boundary))
     closed_buckets = closed.select(BUCKET).distinct().count()
-    events = audit.move_events(spark, settings, table)
+    log = audit.read_offline_log(spark, settings, table)  # once: `owned_buckets` reads it too
+    events = audit.moves(log.events)
     done = next((e for e in reversed(events) if e["event"] == audit.MOVED), None)
     if before is None or done is None:
         return closed_buckets, 0
@@ -47,6 +48,6 @@ def waiting(
         )
     except changes.UnreadableTimeError:
         return closed_buckets, None  # the next run refuses them; status does not
-    owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds)
+    owned = audit.owned_buckets(spark, settings, table, spec.bucket_seconds, log=log)
     late = sum(n for b, n in changed.items() if b < before.boundary and b not in owned)
     return closed_buckets, late

@@ -570,6 +570,9 @@ def test_a_window_past_the_boundary_moves_the_gap_and_the_boundary(
     # bucket the realtime path moved is moved again.
     late = [order(2, T0 + 4.75 * H, "1.00"), order(1, T0 + 2.5 * H, "2.00")]
     upsert(spark, settings, offline, late)
+    # `lakehouse status`: the next move would move the one to 02:00 again, not the other.
+    (row,) = offline_summary(spark, settings).where(f"table = 'offline.{offline}'").collect()
+    assert row["late_changes_pending"] == 1
     realtime_to_offline(spark, settings, MoveOptions(offline, T0 + 6 * H + timedelta(minutes=1)))
     (last,) = [e for e in audit.move_events(spark, settings, offline) if e["event"] == "moved"][-1:]
     assert last["ignored"] == {(T0 + 4 * H).isoformat(): 1}
