@@ -1,5 +1,5 @@
 """Epoch counts as timestamps and dates, defined once for silver's decoding, CDC source times
-and the offline layer's event times.
+and the offline layer's event times; and ISO-8601 texts as timestamps, for silver's decoding.
 
 Spark's own conversions (`timestamp_millis`, `timestamp_seconds`) throw on a count whose
 microseconds overflow a long, whatever the ANSI setting: one such value (nanoseconds sent where
@@ -20,6 +20,15 @@ if TYPE_CHECKING:
 MIN_MICROS, MAX_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
 MIN_DAYS, MAX_DAYS = -719_162, 2_932_896
 MICROS_PER = {"s": 1_000_000, "ms": 1_000, "us": 1}
+ISO_DATE = r"^[+-]?\d{4,}-\d{1,2}-\d{1,2}"
+# ISO-8601 forms Spark's cast refuses and real feeds send: RFC 3339's lowercase `t` and `z`,
+# Java's `toString` (no seconds when they are zero, a bracketed region after the offset), a
+# comma before the fraction. Groups: date, hours and minutes, seconds, fraction, offset or
+# `Z`, region. A fraction of a minute (`10:30,5`) is not taken for seconds.
+ISO_LOOSE = (
+    r"^([+-]?\d{4,}-\d{1,2}-\d{1,2})[Tt ](\d{1,2}:\d{2})(?:(:\d{2})(?:[.,](\d+))?)?"
+    r"\s*([Zz]|[+-]\d{2}(?::?\d{2})?)?(?:\[([A-Za-z][A-Za-z0-9_/+-]*)\])?$"
+)
 
 
 def epoch_timestamp(count: Column, unit: str) -> Column:
@@ -45,3 +54,23 @@ def epoch_date(days: Column) -> Column:
     from pyspark.sql import functions as F
 
     return F.when(days.between(MIN_DAYS, MAX_DAYS), F.date_from_unix_date(days))
+
+
+def iso_timestamp(t: Column) -> Column:
+    """An ISO-8601 timestamp: as Spark's cast reads it (with a zone or an offset, else UTC; a
+    fraction past microseconds cut), else in one of the `ISO_LOOSE` forms, read in the form
+    the cast takes (only for the texts the cast refused). An offset decides the instant, as
+    for Java's `ZonedDateTime.parse`; a bracketed region must be one Spark knows."""
+    from pyspark.sql import functions as F
+
+    def part(group: int) -> Column:
+        return F.regexp_extract(t, ISO_LOOSE, group)
+
+    seconds = F.when(part(3) == "", F.lit(":00")).otherwise(part(3))
+    fraction = F.when(part(4) == "", F.lit("")).otherwise(F.concat(F.lit("."), part(4)))
+    local = F.concat(part(1), F.lit("T"), part(2), seconds, fraction)
+    region = part(6)
+    known = (region == "") | F.concat(local, region).try_cast("timestamp").isNotNull()
+    zone = F.when(part(5) == "", region).otherwise(F.upper(part(5)))
+    loose = F.when(t.rlike(ISO_LOOSE) & known, F.concat(local, zone).try_cast("timestamp"))
+    return F.when(t.rlike(ISO_DATE), F.coalesce(t.try_cast("timestamp"), loose))

@@ -16,7 +16,8 @@ instead, by its declared type and encoding:
                see `exact_digits` for the JSON number)
     boolean    true / false, as a JSON boolean or a string (any case)
     date       `iso`: "2024-01-05"; `epoch_days`: an integer (ISO strings are accepted too)
-    timestamp  `iso`: an ISO-8601 string (with a zone or offset, else UTC);
+    timestamp  `iso`: an ISO-8601 string (with a zone or offset, else UTC; also RFC 3339's
+               lowercase `t`/`z`, Java's `2024-01-05T10:00+01:00[Europe/Paris]`, `,5`);
                `epoch_s|epoch_ms|epoch_us|epoch_ns`: an integer in that unit (ISO strings
                are accepted too: a string with a date in it is never mistaken for a number)
     string     the text as sent (a nested value as its JSON text); `time_ms|time_us|time_ns`:
@@ -58,7 +59,6 @@ _INTEGER = r"^[+-]?\d+$"
 _PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)$"
 _EXPONENT_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$"
 _MANTISSA = r"^[+-]?(\d*)\.?(\d*)[eE]"
-_ISO_DATE = r"^[+-]?\d{4,}-\d{1,2}-\d{1,2}"
 _NUMBER = r"(?i)^\s*[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)\s*$"
 # Epoch seconds: the sign and digits down to the microsecond, and the digits below it.
 _TO_MICROS = r"^([+-]?\d*\.?\d{0,6})(\d*)$"
@@ -197,8 +197,13 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
     if kind == "date":
         # Spark's date cast takes `yyyy-mm-dd` followed by a space or `T` and anything at all
         # ("2024-01-05 garbage"): only a date, or a whole ISO timestamp (its date as written).
-        whole_iso = t.rlike(_ISO_DATE + "$") | t.try_cast("timestamp").isNotNull()
-        iso = F.when(t.rlike(_ISO_DATE) & whole_iso, t.try_cast("date"))
+        whole_iso = t.rlike(instants.ISO_DATE + "$") | instants.iso_timestamp(t).isNotNull()
+        as_written = F.regexp_extract(t, instants.ISO_LOOSE, 1).try_cast(
+            "date"
+        )  # `2024-01-05t10:00z`
+        iso = F.when(
+            t.rlike(instants.ISO_DATE) & whole_iso, F.coalesce(t.try_cast("date"), as_written)
+        )
         if encoding == "epoch_days":
             days = F.when(t.rlike(_INTEGER), t.try_cast("int"))
             return F.coalesce(iso, instants.epoch_date(days))
@@ -262,7 +267,7 @@ def _timestamp(t: Column, encoding: str) -> Column:
     is UTC (`lakehouse.core.spark`), so a TIMESTAMP_NTZ from an epoch is its UTC wall time."""
     from pyspark.sql import functions as F
 
-    iso = F.when(t.rlike(_ISO_DATE), t.try_cast("timestamp"))
+    iso = instants.iso_timestamp(t)
     if encoding == "iso":
         return iso
     if encoding == "epoch_s":

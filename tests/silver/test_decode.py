@@ -204,6 +204,12 @@ def test_dates_are_iso_or_epoch_days_as_declared(spark: SparkSession) -> None:
             ("2024-01-05 garbage", None),  # Spark's own cast would take it as 2024-01-05
             ("2024-01-05T23:30:00-05:00", date(2024, 1, 5)),  # the date as written
             ("2024-01-05 23:30:00", date(2024, 1, 5)),
+            # The forms of `test_timestamps_read_every_iso_form_real_feeds_send`
+            ("2024-01-05t23:30z", date(2024, 1, 5)),
+            ("2024-01-05T23:30-05:00[America/New_York]", date(2024, 1, 5)),
+            ("2024-01-05T23:30:00,5", date(2024, 1, 5)),
+            ("2024-01-05T23:30:00[Nowhere/City]", None),
+            ("2024-01-05T23:30,5Z", None),
         ],
     )
     check(
@@ -244,6 +250,44 @@ def test_timestamps_decode_in_the_declared_epoch_unit_or_from_iso(spark: SparkSe
     check(spark, "timestamp", "epoch_us", [("1632463351123456", at_us), *iso])
     check(spark, "timestamp", "epoch_ns", [("1632463351123456789", at_us)])
     check(spark, "timestamp_ntz", "epoch_us", [("1632463351123456", at_us)])
+
+
+def test_timestamps_read_every_iso_form_real_feeds_send(spark: SparkSession) -> None:
+    """RFC 3339's lowercase `t` and `z`, Java's `toString` (seconds left out when zero, a
+    region in brackets), a comma before the fraction; a fraction of a minute, an unknown
+    region or trailing text is refused, never guessed."""
+    minute = datetime(2021, 9, 24, 6, 2)
+    at, at_us = datetime(2021, 9, 24, 6, 2, 31), datetime(2021, 9, 24, 6, 2, 31, 123456)
+    check(
+        spark,
+        "timestamp",
+        "iso",
+        [
+            ("2021-09-24t06:02:31z", at),
+            ("2021-09-24T06:02Z", minute),  # OffsetDateTime.toString()
+            ("2021-09-24T08:02+02:00", minute),
+            ("2021-09-24T06:02", minute),  # LocalDateTime.toString(): UTC, as every local time
+            ("2021-09-24 06:02", minute),
+            ("2021-09-24T06:02:31,123456Z", at_us),
+            ("2021-09-24T06:02:31.123456789Z", at_us),  # cut to the microsecond
+            ("2021-09-24T06:02:31+0200", datetime(2021, 9, 24, 4, 2, 31)),
+            # ZonedDateTime.toString(): the offset decides the instant
+            ("2021-09-24T08:02+02:00[Europe/Paris]", minute),
+            ("2021-09-24T08:02:31+02:00[Europe/Paris]", at),
+            ("2021-09-24T06:02:31+00:00[Europe/Paris]", at),
+            ("2021-09-24T08:02:31[Europe/Paris]", at),  # summer time: +02:00
+            ("2021-01-24T07:02:31[Europe/Paris]", datetime(2021, 1, 24, 6, 2, 31)),
+            ("2021-09-24T06:02z[UTC]", minute),
+            ("2021-09-24T06:02,5Z", None),  # half a minute, not half a second
+            ("2021-09-24T06:02:31[Nowhere/City]", None),
+            ("2021-09-24T06:02:31+02:00[Nowhere/City]", None),
+            ("2021-09-24T06:02:31Zgarbage", None),
+            ("2021-09-24T06Z", None),
+            ("2021-09-24T06:02:31+02:00 [Europe/Paris]", None),
+        ],
+    )
+    check(spark, "timestamp", "epoch_ms", [("2021-09-24t06:02z", minute)])
+    check(spark, "timestamp_ntz", "iso", [("2021-09-24T08:02+02:00[Europe/Paris]", minute)])
 
 
 def test_epoch_counts_out_of_range_for_their_unit_do_not_decode_instead_of_failing(
