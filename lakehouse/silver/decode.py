@@ -198,12 +198,10 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
         # Spark's date cast takes `yyyy-mm-dd` followed by a space or `T` and anything at all
         # ("2024-01-05 garbage"): only a date, or a whole ISO timestamp (its date as written).
         whole_iso = t.rlike(instants.ISO_DATE + "$") | instants.iso_timestamp(t).isNotNull()
-        as_written = F.regexp_extract(t, instants.ISO_LOOSE, 1).try_cast(
-            "date"
-        )  # `2024-01-05t10:00z`
-        iso = F.when(
-            t.rlike(instants.ISO_DATE) & whole_iso, F.coalesce(t.try_cast("date"), as_written)
-        )
+        # The cast refuses the date of a loose form (`2024-01-05t10:00z`): its date as written.
+        written = F.regexp_extract(t, instants.ISO_LOOSE, 1).try_cast("date")
+        date = F.coalesce(t.try_cast("date"), written)
+        iso = F.when(t.rlike(instants.ISO_DATE) & whole_iso, date)
         if encoding == "epoch_days":
             days = F.when(t.rlike(_INTEGER), t.try_cast("int"))
             return F.coalesce(iso, instants.epoch_date(days))

@@ -36,9 +36,8 @@ whole in bronze). A record with a duplicate key has no VARIANT, nor has a column
 holds both quote characters a VARIANT path: their digits are looked up as written only. A
 DOUBLE column looks up only a number outside its range: a `0.0` (`1e-400`), in records with a
 negative exponent, and keeps `0.0` where it cannot be told, and one past it (`1e400`); and a
-`0` in a record with a `-0`. Cutting
-an image writes a number past a double's range as the string "Infinity": the image's VARIANT
-tells it from a string sent so.
+`0` in a record with a `-0`. Cutting an image writes a number past a double's range as the
+string "Infinity": the image's VARIANT tells it from a string sent so.
 """
 
 from __future__ import annotations
