@@ -1,5 +1,5 @@
 """Epoch counts as timestamps and dates, defined once for silver's decoding, CDC source times
-and the offline layer's event times; and ISO-8601 texts as timestamps, for silver's decoding.
+and the offline layer's event times; and ISO-8601 texts as timestamps, for both too.
 
 Spark's own conversions (`timestamp_millis`, `timestamp_seconds`) throw on a count whose
 microseconds overflow a long, whatever the ANSI setting: one such value (nanoseconds sent where
@@ -74,3 +74,28 @@ def iso_timestamp(t: Column) -> Column:
     zone = F.when(part(5) == "", region).otherwise(F.upper(part(5)))
     loose = F.when(t.rlike(ISO_LOOSE) & known, F.concat(local, zone).try_cast("timestamp"))
     return F.when(t.rlike(ISO_DATE), F.coalesce(t.try_cast("timestamp"), loose))
+
+
+def iso_timestamp_sql(text: str) -> str:
+    """`iso_timestamp` as SQL text, for the offline layer's `iso8601` event times (the hybrid
+    view is SQL): the same forms, read the same way (`test_buckets` checks it on the forms
+    `test_decode` checks)."""
+
+    def literal(value: str) -> str:
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    def part(group: int) -> str:
+        return f"regexp_extract({text}, {literal(ISO_LOOSE)}, {group})"
+
+    seconds = f"CASE WHEN {part(3)} = '' THEN ':00' ELSE {part(3)} END"
+    fraction = f"CASE WHEN {part(4)} = '' THEN '' ELSE concat('.', {part(4)}) END"
+    local = f"concat({part(1)}, 'T', {part(2)}, {seconds}, {fraction})"
+    region = part(6)
+    known = f"({region} = '' OR try_cast(concat({local}, {region}) AS TIMESTAMP) IS NOT NULL)"
+    zone = f"CASE WHEN {part(5)} = '' THEN {region} ELSE upper({part(5)}) END"
+    loose = (
+        f"CASE WHEN {text} RLIKE {literal(ISO_LOOSE)} AND {known} "
+        f"THEN try_cast(concat({local}, {zone}) AS TIMESTAMP) END"
+    )
+    strict = f"try_cast({text} AS TIMESTAMP)"
+    return f"CASE WHEN {text} RLIKE {literal(ISO_DATE)} THEN coalesce({strict}, {loose}) END"

@@ -106,7 +106,7 @@ def event_time_sql(column: str, time_format: str) -> str:
     if time_format == "epoch_s":
         return instants.epoch_timestamp_sql(f"try_cast({raw} AS BIGINT)", "s")
     if time_format == "iso8601":
-        return f"try_to_timestamp(CAST({raw} AS STRING))"
+        return instants.iso_timestamp_sql(f"trim(CAST({raw} AS STRING))")
     if time_format == "timestamp":
         return f"try_cast({raw} AS TIMESTAMP)"
     raise ValueError(f"time_format {time_format!r}: use one of {', '.join(TIME_FORMATS)}")

@@ -25,6 +25,36 @@ from lakehouse.silver.refine import RefineOptions, RefineResult, refine
 from tests.bronze.helpers import new_source, run_ingest, wait_for_records
 from tests.conftest import pg_connect
 
+MINUTE = datetime(2021, 9, 24, 6, 2)
+AT, AT_US = datetime(2021, 9, 24, 6, 2, 31), datetime(2021, 9, 24, 6, 2, 31, 123456)
+# The ISO-8601 forms real feeds send beyond Spark's cast: RFC 3339's lowercase `t` and `z`,
+# Java's `toString` (seconds left out when zero, a region in brackets), a comma before the
+# fraction; a fraction of a minute, an unknown region or trailing text is refused, never
+# guessed. The offline layer's `iso8601` times read them too (`tests/offline/test_buckets.py`).
+ISO_FORMS: list[tuple[str, datetime | None]] = [
+    ("2021-09-24t06:02:31z", AT),
+    ("2021-09-24T06:02Z", MINUTE),  # OffsetDateTime.toString()
+    ("2021-09-24T08:02+02:00", MINUTE),
+    ("2021-09-24T06:02", MINUTE),  # LocalDateTime.toString(): UTC, as every local time
+    ("2021-09-24 06:02", MINUTE),
+    ("2021-09-24T06:02:31,123456Z", AT_US),
+    ("2021-09-24T06:02:31.123456789Z", AT_US),  # cut to the microsecond
+    ("2021-09-24T06:02:31+0200", datetime(2021, 9, 24, 4, 2, 31)),
+    # ZonedDateTime.toString(): the offset decides the instant
+    ("2021-09-24T08:02+02:00[Europe/Paris]", MINUTE),
+    ("2021-09-24T08:02:31+02:00[Europe/Paris]", AT),
+    ("2021-09-24T06:02:31+00:00[Europe/Paris]", AT),
+    ("2021-09-24T08:02:31[Europe/Paris]", AT),  # summer time: +02:00
+    ("2021-01-24T07:02:31[Europe/Paris]", datetime(2021, 1, 24, 6, 2, 31)),
+    ("2021-09-24T06:02z[UTC]", MINUTE),
+    ("2021-09-24T06:02,5Z", None),  # half a minute, not half a second
+    ("2021-09-24T06:02:31[Nowhere/City]", None),
+    ("2021-09-24T06:02:31+02:00[Nowhere/City]", None),
+    ("2021-09-24T06:02:31Zgarbage", None),
+    ("2021-09-24T06Z", None),
+    ("2021-09-24T06:02:31+02:00 [Europe/Paris]", None),
+]
+
 # A round of PostgreSQL statements (`{t}` for the table; `%s` takes the round's parameters)
 # and how many Kafka records Debezium sends for them.
 Round = tuple[list[str], int]
