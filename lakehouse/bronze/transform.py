@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakehouse.core.columns import named
+from lakehouse.core.columns import named, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -135,11 +135,6 @@ VALUE_TEXT = "CAST(value AS STRING)"
 IS_UTF8 = f"is_valid_utf8({VALUE_TEXT})"
 
 
-def _sql_string(text: str) -> str:
-    """`text` as a Spark SQL string literal (backslash escapes are on by default)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def size_checks(null_error: str, max_value_bytes: int) -> str:
     """The WHEN branches every value_error CASE has, in this order: no value, an empty one,
     or one too big to parse."""
@@ -209,7 +204,7 @@ def _lineage(source: str) -> list[str]:
         "`offset`",
         "timestamp AS kafka_timestamp",
         "timestampType AS kafka_timestamp_type",
-        f"{_sql_string(source)} AS source",
+        f"{sql_string(source)} AS source",
         f"{_batch_constant('current_timestamp()')} AS ingest_time",
         # Not to_date(ingest_time), which would convert on every row: both come from the
         # same micro-batch timestamp.

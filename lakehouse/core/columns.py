@@ -18,6 +18,12 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def sql_string(text: str) -> str:
+    """`text` as a Spark SQL string literal (backslash escapes are on by default, so a
+    backslash is doubled as well as the quote)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def named(name: str) -> Column:
     """The column called `name`, whatever it holds."""
     from pyspark.sql import functions as F

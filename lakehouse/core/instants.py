@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lakehouse.core.columns import sql_string
+
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
@@ -81,11 +83,8 @@ def iso_timestamp_sql(text: str) -> str:
     view is SQL): the same forms, read the same way (`test_buckets` checks it on the forms
     `test_decode` checks)."""
 
-    def literal(value: str) -> str:
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
     def part(group: int) -> str:
-        return f"regexp_extract({text}, {literal(ISO_LOOSE)}, {group})"
+        return f"regexp_extract({text}, {sql_string(ISO_LOOSE)}, {group})"
 
     seconds = f"CASE WHEN {part(3)} = '' THEN ':00' ELSE {part(3)} END"
     fraction = f"CASE WHEN {part(4)} = '' THEN '' ELSE concat('.', {part(4)}) END"
@@ -94,8 +93,8 @@ def iso_timestamp_sql(text: str) -> str:
     known = f"({region} = '' OR try_cast(concat({local}, {region}) AS TIMESTAMP) IS NOT NULL)"
     zone = f"CASE WHEN {part(5)} = '' THEN {region} ELSE upper({part(5)}) END"
     loose = (
-        f"CASE WHEN {text} RLIKE {literal(ISO_LOOSE)} AND {known} "
+        f"CASE WHEN {text} RLIKE {sql_string(ISO_LOOSE)} AND {known} "
         f"THEN try_cast(concat({local}, {zone}) AS TIMESTAMP) END"
     )
     strict = f"try_cast({text} AS TIMESTAMP)"
-    return f"CASE WHEN {text} RLIKE {literal(ISO_DATE)} THEN coalesce({strict}, {loose}) END"
+    return f"CASE WHEN {text} RLIKE {sql_string(ISO_DATE)} THEN coalesce({strict}, {loose}) END"

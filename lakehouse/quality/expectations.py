@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from lakehouse.core.columns import quoted, unnameable
+from lakehouse.core.columns import quoted, sql_string, unnameable
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.core.specs import EXPECTATION_ACTIONS, SNAKE
 
@@ -103,7 +103,7 @@ def _literal(value: Any) -> str:
         return "TRUE" if value else "FALSE"
     if isinstance(value, int | float):
         return repr(value)
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return sql_string(str(value))
 
 
 class GxRule(NamedTuple):
