@@ -33,6 +33,12 @@ _BASE_CONF: dict[str, str] = {
     # Parquet's standard INT64 timestamps, not Spark's legacy INT96 (12-byte values hashed and
     # compared per row): ~50 ns less per timestamp written, and every reader understands them.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # PySpark 4 sends the Python call site of every DataFrame function call to the JVM for
+    # error messages (about five more round trips per call): a refine batch builds its parse
+    # from ~500 such calls, 0.41 s of it per batch against 0.19 s without (bench/README.md,
+    # 2026-12-01). Spark's errors still name the failing expression; `spark.conf` in the
+    # settings (or `--conf`) can turn the Python line back on while debugging.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
     # Jobs write logs, not terminals: no progress bars interleaved with log lines.
     "spark.ui.showConsoleProgress": "false",
 }

@@ -46,6 +46,15 @@ def test_the_driver_jvm_compiles_huge_generated_methods(spark: SparkSession) -> 
     assert hotspot.getVMOption("DontCompileHugeMethods").getValue() == "false"
 
 
+def test_dataframe_functions_send_no_python_call_site(spark: SparkSession) -> None:
+    # PySpark's own answer, cached at its first DataFrame function call: the setting reached
+    # it, so no call costs the call-site round trips (bench/README.md, 2026-12-01).
+    from pyspark.errors.utils import is_debugging_enabled
+
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert is_debugging_enabled() is False
+
+
 def test_a_jvm_option_from_the_settings_keeps_the_jit_option() -> None:
     settings = replace(
         Settings(),
