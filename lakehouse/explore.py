@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from lakehouse.core import system, tables
@@ -33,10 +34,20 @@ def open_lakehouse(
     from lakehouse.offline.hybrid import register_views
 
     settings = load_settings(env or os.environ.get(ENV_VARIABLE, "local"))
-    spark = build_session(settings, app_name)
+    spark = build_session(notebook_settings(settings), app_name)
     names = register_views(spark, settings)
     print(f"{len(names)} tables and views registered: {', '.join(names) or 'none yet'}")
     return spark, settings
+
+
+def notebook_settings(settings: Settings) -> Settings:
+    """`settings` for a notebook's session: a person reads its errors, so PySpark names the
+    notebook line of a failing DataFrame call again (the jobs leave it out: it costs every
+    call round trips to the JVM, `lakehouse.core.spark`), unless `spark.conf` says otherwise."""
+    from lakehouse.core.spark import CALL_SITES
+
+    conf = {CALL_SITES: "true", **settings.spark.conf}
+    return replace(settings, spark=replace(settings.spark, conf=conf))
 
 
 def expectation_pass_rates(spark: SparkSession, settings: Settings) -> DataFrame:

@@ -17,6 +17,9 @@ from lakehouse.core.settings import Settings, project_root
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+# Whether PySpark names the Python line of a failing DataFrame call in Spark's errors.
+CALL_SITES = "spark.python.sql.dataFrameDebugging.enabled"
+
 # Options that make Delta behave as a lakehouse user expects, and keep small local runs fast.
 _BASE_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -37,8 +40,9 @@ _BASE_CONF: dict[str, str] = {
     # error messages (about five more round trips per call): a refine batch builds its parse
     # from ~500 such calls, 0.41 s of it per batch against 0.19 s without (bench/README.md,
     # 2026-12-01). Spark's errors still name the failing expression; `spark.conf` in the
-    # settings (or `--conf`) can turn the Python line back on while debugging.
-    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # settings (or `--conf`) can turn the Python line back on, as notebooks do
+    # (`lakehouse.explore.notebook_settings`).
+    CALL_SITES: "false",
     # Jobs write logs, not terminals: no progress bars interleaved with log lines.
     "spark.ui.showConsoleProgress": "false",
 }

@@ -9,7 +9,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse.core.settings import Settings, SparkSettings
-from lakehouse.core.spark import JIT_OPTIONS, runtime_conf, session_conf
+from lakehouse.core.spark import CALL_SITES, JIT_OPTIONS, runtime_conf, session_conf
+from lakehouse.explore import notebook_settings
 
 pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 
@@ -51,8 +52,16 @@ def test_dataframe_functions_send_no_python_call_site(spark: SparkSession) -> No
     # it, so no call costs the call-site round trips (bench/README.md, 2026-12-01).
     from pyspark.errors.utils import is_debugging_enabled
 
-    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert spark.conf.get(CALL_SITES) == "false"
     assert is_debugging_enabled() is False
+
+
+def test_a_notebook_names_the_failing_python_line_unless_its_settings_say_otherwise() -> None:
+    said_no = replace(Settings(), spark=replace(SparkSettings(), conf={CALL_SITES: "false"}))
+
+    assert session_conf(Settings())[CALL_SITES] == "false"
+    assert session_conf(notebook_settings(Settings()))[CALL_SITES] == "true"
+    assert session_conf(notebook_settings(said_no))[CALL_SITES] == "false"
 
 
 def test_a_jvm_option_from_the_settings_keeps_the_jit_option() -> None:

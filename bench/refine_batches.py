@@ -1,0 +1,144 @@
+"""Small refine batches: where a micro-batch's fixed cost goes, and what the Python call site
+that PySpark 4 records for every DataFrame function call costs it.
+
+    .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4
+
+A continuous pipeline runs many small batches, so their fixed cost, not throughput, sets its
+freshness (bench/README.md, "Where a refine batch's time goes"). `--batches` commits of
+`--rows` orders each (`silver_expectations.event`) are ingested into bronze with the real
+`ingest_events` path; each round refines all of them into a fresh upsert table (by
+`order_id`, sequence `ts`, one quarantine rule) with one bronze commit per micro-batch
+(`max_files_per_trigger: 1`), once with the call site recorded and once without (who goes
+first alternates). The session turns it off (`spark.python.sql.dataFrameDebugging.enabled`,
+`lakehouse.core.spark`); "on" sets PySpark's cached answer back to what it is without that
+setting. Per run: the median of each phase over its batches (the first two left out: the
+stream's start), as `refine_batch` times them; then the medians over the rounds. Needs Kafka
+(started here if it is not running, and stopped again at the end if it was started here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pyspark.errors.utils as pyspark_errors
+from silver_expectations import SCHEMA, SOURCE, event, rule
+
+from lakehouse.bronze.ingest import IngestOptions, ingest
+from lakehouse.core import kafka
+from lakehouse.core.settings import load_settings
+from lakehouse.core.spark import build_session
+from lakehouse.core.specs import SilverTableSettings, SourceSettings
+from lakehouse.devstack.kafka import kafka_status, start_kafka, stop_kafka
+from lakehouse.silver import refine as refine_module
+from lakehouse.silver.batch import BatchStats, refine_batch
+from lakehouse.silver.refine import RefineOptions, refine
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from lakehouse.silver.plan import Plan
+
+SKIPPED = 2  # the first batches of a run pay the stream's start
+
+
+def table() -> SilverTableSettings:
+    return SilverTableSettings(
+        source=SOURCE,
+        mode="upsert",
+        schema=SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts",
+        max_files_per_trigger=1,
+        expectations=(rule("amount_not_negative", "quarantine", "amount >= 0"),),
+    )
+
+
+def recording(seen: list[BatchStats]) -> Callable[[DataFrame, int, Plan], BatchStats]:
+    """`refine_batch`, keeping each batch's figures (its phases) in `seen`."""
+    original = refine_batch
+
+    def run(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
+        stats = original(batch, batch_id, plan)
+        seen.append(stats)
+        return stats
+
+    return run
+
+
+def phases(seen: list[BatchStats]) -> dict[str, float]:
+    """Per phase, the median over the batches (a batch without quarantined rows has no
+    quarantine phase); `total` is the whole batch."""
+    values: dict[str, list[float]] = {}
+    for stats in seen[SKIPPED:]:
+        values.setdefault("total", []).append(sum(s for _n, s in stats.phases))
+        for name, seconds in stats.phases:
+            values.setdefault(name, []).append(seconds)
+    return {name: statistics.median(v) for name, v in values.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--rows", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+
+    work = tempfile.mkdtemp(prefix="bench-refine-batches-")
+    settings = load_settings("test", overrides={"storage.root": work})
+    kafka_was_running = kafka_status(settings).startswith("running")
+    start_kafka(settings)
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    kafka.ensure_topic(settings.kafka, topic, partitions=1)
+    settings = replace(
+        settings, sources={SOURCE: SourceSettings(kind="events", topics=(topic,))}, silver={}
+    )
+    spark = build_session(settings, "bench-refine-batches")
+    seen: list[BatchStats] = []
+    refine_module.refine_batch = recording(seen)  # type: ignore[assignment,attr-defined]
+    results: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
+    try:
+        for b in range(args.batches):  # one bronze commit per batch
+            records = [event(b * args.rows + i) for i in range(args.rows)]
+            kafka.produce(settings.kafka, topic, [(None, _json(r), 0) for r in records])
+            ingest(spark, settings, IngestOptions(SOURCE), "events")
+        for round_no in range(args.rounds):
+            for label in ("on", "off") if round_no % 2 == 0 else ("off", "on"):
+                # PySpark's cached answer to "record the call site?" (it reads the setting once)
+                pyspark_errors._enable_debugging_cache = label == "on"  # type: ignore[assignment]
+                name = f"bench_{uuid.uuid4().hex[:10]}"
+                seen.clear()
+                refine(spark, replace(settings, silver={name: table()}), RefineOptions(name))
+                results[label].append(phases(seen))
+                figures = _line(results[label][-1])
+                print(f"round {round_no} call site {label}: {len(seen)} batches, {figures}")
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        if not kafka_was_running:
+            stop_kafka(settings)
+    print(f"\nmedians over {args.rounds} rounds of {args.batches} batches of {args.rows} rows:")
+    for label, runs in results.items():
+        names = [n for n in runs[0] if all(n in r for r in runs)]
+        figures = _line({n: statistics.median(r[n] for r in runs) for n in names})
+        print(f"  call site {label:<3}: {figures}")
+
+
+def _line(figures: dict[str, float]) -> str:
+    return ", ".join(f"{name} {seconds:.2f}" for name, seconds in figures.items())
+
+
+def _json(record: dict[str, Any]) -> bytes:
+    import json
+
+    return json.dumps(record).encode()
+
+
+if __name__ == "__main__":
+    main()
