@@ -16,7 +16,7 @@ from lakehouse.core.settings import Settings
 from lakehouse.devstack.connect import start_connect
 from lakehouse.devstack.processes import pid_alive, state_paths
 from lakehouse.silver.scd2 import history_rows
-from tests.bronze.helpers import bronze, wait_for_records
+from tests.bronze.helpers import bronze, run_ingest, wait_for_records
 from tests.conftest import pg_connect
 from tests.silver.helpers import (
     Round,
@@ -41,6 +41,20 @@ def kill_connect() -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"Kafka Connect (pid {pid}) outlived SIGKILL")
         time.sleep(0.05)
+
+
+def ingest_until_in_bronze(
+    spark: SparkSession, settings: Settings, source: str, row_id: int, timeout_s: float = 90
+) -> None:
+    """Ingest the source until bronze holds a change of row `row_id`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run_ingest(spark, settings, source, kind="cdc")
+        row = f"get_json_object(cdc_key, '$.id') = {row_id}"
+        if bronze(spark, settings, source).where(row).take(1):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no change of row {row_id} reached bronze in {timeout_s} s")
 
 
 def changes(attempt: int) -> Round:
@@ -78,10 +92,16 @@ def test_connect_killed_mid_stream_resends_and_silver_stays_one_clean_run(
             finally:
                 start_connect(settings)
             pg.register_again(settings)
-            # A change after the restart: once it is in Kafka, so is everything re-sent before it.
-            after: Round = ([f"INSERT INTO {{t}} VALUES ({10 + attempts}, 'n{attempts}')"], 1)
+            # A change after the restart: once it is in bronze, so is everything re-sent before
+            # it. Waiting for the topic to hold one record more is not enough: the re-sent
+            # records count too, and the change could come after them.
+            with pg_connect(settings) as conn:
+                conn.execute(
+                    f"INSERT INTO public.{pg.table} VALUES ({10 + attempts}, 'n{attempts}')"
+                )
+            ingest_until_in_bronze(spark, settings, source, 10 + attempts)
             produced = rounds_equal_postgres(
-                spark, pg, settings, [after], tables, SCHEMA, produced=produced
+                spark, pg, settings, [([], 0)], tables, SCHEMA, produced=produced + 1
             )
             total = bronze(spark, settings, source).count()
             resent, attempts = total - produced, attempts + 1
