@@ -1,20 +1,22 @@
-"""Small refine batches: where a micro-batch's fixed cost goes, and what the Python call site
-that PySpark 4 records for every DataFrame function call costs it.
+"""Small refine batches: where a micro-batch's fixed cost goes, and what two of its Python
+costs take from it: each batch's parse built afresh (before `Plan.records` replayed it), and
+the Python call site PySpark 4 records for every DataFrame function call.
 
-    .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4
+    .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare replay
+    .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare call-site
 
 A continuous pipeline runs many small batches, so their fixed cost, not throughput, sets its
 freshness (bench/README.md, "Where a refine batch's time goes"). `--batches` commits of
 `--rows` orders each (`silver_expectations.event`) are ingested into bronze with the real
 `ingest_events` path; each round refines all of them into a fresh upsert table (by
 `order_id`, sequence `ts`, one quarantine rule) with one bronze commit per micro-batch
-(`max_files_per_trigger: 1`), once with the call site recorded and once without (who goes
-first alternates). The session turns it off (`spark.python.sql.dataFrameDebugging.enabled`,
+(`max_files_per_trigger: 1`), once per variant (who goes first alternates). `replay`: the
+parse built by `transform` for every batch, against `Plan.records` (built once, replayed).
+`call-site`: the session turns the call site off (`spark.python.sql.dataFrameDebugging.enabled`,
 `lakehouse.core.spark`); "on" sets PySpark's cached answer back to what it is without that
 setting. Per run: the median of each phase over its batches (the first two left out: the
 stream's start), as `refine_batch` times them; then the medians over the rounds. Needs Kafka
-(started here if it is not running, and stopped again at the end if it was started here).
-"""
+(started here if it is not running, and stopped again at the end if it was started here)."""
 
 from __future__ import annotations
 
@@ -38,12 +40,11 @@ from lakehouse.core.specs import SilverTableSettings, SourceSettings
 from lakehouse.devstack.kafka import kafka_status, start_kafka, stop_kafka
 from lakehouse.silver import refine as refine_module
 from lakehouse.silver.batch import BatchStats, refine_batch
+from lakehouse.silver.plan import Plan, transform
 from lakehouse.silver.refine import RefineOptions, refine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-    from lakehouse.silver.plan import Plan
 
 SKIPPED = 2  # the first batches of a run pay the stream's start
 
@@ -58,6 +59,34 @@ def table() -> SilverTableSettings:
         max_files_per_trigger=1,
         expectations=(rule("amount_not_negative", "quarantine", "amount >= 0"),),
     )
+
+
+def call_site(on: bool) -> Callable[[], None]:
+    def setup() -> None:
+        # PySpark's cached answer to "record the call site?" (it reads the setting once)
+        pyspark_errors._enable_debugging_cache = on  # type: ignore[assignment]
+
+    return setup
+
+
+def parse(replayed: bool) -> Callable[[], None]:
+    """Each batch's parse replayed (what `Plan.records` does) or built by `transform` afresh
+    (what it did before)."""
+
+    def afresh(self: Plan, batch: DataFrame) -> DataFrame:
+        return transform(batch, self.table, self.kind, self.schema)
+
+    def setup() -> None:
+        Plan.records = REPLAYED if replayed else afresh  # type: ignore[method-assign]
+
+    return setup
+
+
+REPLAYED = Plan.records
+VARIANTS: dict[str, dict[str, Callable[[], None]]] = {
+    "call-site": {"call site on": call_site(True), "call site off": call_site(False)},
+    "replay": {"parse built per batch": parse(False), "parse replayed": parse(True)},
+}
 
 
 def recording(seen: list[BatchStats]) -> Callable[[DataFrame, int, Plan], BatchStats]:
@@ -77,7 +106,7 @@ def phases(seen: list[BatchStats]) -> dict[str, float]:
     quarantine phase); `total` is the whole batch."""
     values: dict[str, list[float]] = {}
     for stats in seen[SKIPPED:]:
-        values.setdefault("total", []).append(sum(s for _n, s in stats.phases))
+        values.setdefault("total", []).append(stats.seconds)
         for name, seconds in stats.phases:
             values.setdefault(name, []).append(seconds)
     return {name: statistics.median(v) for name, v in values.items()}
@@ -88,6 +117,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--rows", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--compare",
+        choices=sorted(VARIANTS),
+        default="replay",
+        help="call-site: with and without PySpark's call site; replay: each batch's parse "
+        "built afresh or replayed (Plan.records)",
+    )
     args = parser.parse_args()
 
     work = tempfile.mkdtemp(prefix="bench-refine-batches-")
@@ -102,22 +138,23 @@ def main() -> None:
     spark = build_session(settings, "bench-refine-batches")
     seen: list[BatchStats] = []
     refine_module.refine_batch = recording(seen)  # type: ignore[assignment,attr-defined]
-    results: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
+    variants = VARIANTS[args.compare]
+    results: dict[str, list[dict[str, float]]] = {label: [] for label in variants}
     try:
         for b in range(args.batches):  # one bronze commit per batch
             records = [event(b * args.rows + i) for i in range(args.rows)]
             kafka.produce(settings.kafka, topic, [(None, _json(r), 0) for r in records])
             ingest(spark, settings, IngestOptions(SOURCE), "events")
         for round_no in range(args.rounds):
-            for label in ("on", "off") if round_no % 2 == 0 else ("off", "on"):
-                # PySpark's cached answer to "record the call site?" (it reads the setting once)
-                pyspark_errors._enable_debugging_cache = label == "on"  # type: ignore[assignment]
+            labels = list(variants) if round_no % 2 == 0 else list(reversed(variants))
+            for label in labels:
+                variants[label]()
                 name = f"bench_{uuid.uuid4().hex[:10]}"
                 seen.clear()
                 refine(spark, replace(settings, silver={name: table()}), RefineOptions(name))
                 results[label].append(phases(seen))
                 figures = _line(results[label][-1])
-                print(f"round {round_no} call site {label}: {len(seen)} batches, {figures}")
+                print(f"round {round_no} {label}: {len(seen)} batches, {figures}")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -127,7 +164,7 @@ def main() -> None:
     for label, runs in results.items():
         names = [n for n in runs[0] if all(n in r for r in runs)]
         figures = _line({n: statistics.median(r[n] for r in runs) for n in names})
-        print(f"  call site {label:<3}: {figures}")
+        print(f"  {label:<{max(map(len, results))}}: {figures}")
 
 
 def _line(figures: dict[str, float]) -> str:

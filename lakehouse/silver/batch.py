@@ -28,7 +28,7 @@ from lakehouse.quality.metrics import BatchCounts, metrics_rows
 from lakehouse.silver import nested, resolve, scd1, scd2, toast
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import ARRIVAL, OP, SEQ, SNAPSHOT_READ, TRUNCATE, TS
-from lakehouse.silver.plan import EVOLVED, Plan, row_columns, transform
+from lakehouse.silver.plan import EVOLVED, Plan, row_columns
 from lakehouse.silver.transform import SchemaDriftError
 
 if TYPE_CHECKING:
@@ -59,7 +59,12 @@ class BatchStats(BatchCounts):
         if not self.phases:
             return ""
         parts = ", ".join(f"{name} {seconds:.2f}" for name, seconds in self.phases)
-        return f"{sum(s for _n, s in self.phases):.2f} s: {parts}"
+        return f"{self.seconds:.2f} s: {parts}"
+
+    @property
+    def seconds(self) -> float:
+        """The whole batch (0 before it ran)."""
+        return sum(s for _n, s in self.phases)
 
 
 class _Clock:
@@ -82,7 +87,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
     parsing and rules), `silver` (the write or MERGE), `quarantine`, `metrics`."""
     spark = batch.sparkSession
     clock = _Clock()
-    records = transform(batch, plan.table, plan.kind, plan.schema)
+    records = plan.records(batch)
     columns = toast.toast_columns(records, plan.table.keys) if plan.kind == "cdc" else []
     first = _placeholders_unchecked(records, columns)
     evaluated = silver.evaluated_for_cache(first, plan.expectations).persist()

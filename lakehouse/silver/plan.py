@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -15,6 +15,7 @@ from lakehouse.core import system, tables
 from lakehouse.core.columns import unnameable_fields
 from lakehouse.core.current import is_bookkeeping
 from lakehouse.core.errors import UsageError
+from lakehouse.core.replayed import Replayed
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.spark import analysis_error
 from lakehouse.core.specs import SilverTableSettings
@@ -62,10 +63,23 @@ class Plan:
     # batch of the new stream as already committed (empty for replays, which have none).
     stream_id: str = ""
     bronze_path: str = ""  # the source's bronze table
+    # `records`' transform, with the schema it parses with (which evolves).
+    _parse: tuple[ParsedSchema, Replayed] | None = field(default=None, repr=False)
 
     @property
     def app_id(self) -> str:
         return f"{JOB}:{self.name}:{self.run_id}" + (f":{self.stream_id}" if self.stream_id else "")
+
+    def records(self, batch: DataFrame) -> DataFrame:
+        """A micro-batch of bronze's feed as records (`transform`): its Columns are built
+        once per schema and replayed on every later batch (`lakehouse.core.replayed`)."""
+        if self._parse is None or self._parse[0] is not self.schema:
+            schema = self.schema
+            self._parse = (
+                schema,
+                Replayed(lambda rows: transform(rows, self.table, self.kind, schema)),
+            )
+        return self._parse[1](batch)
 
 
 def silver_path(settings: Settings, name: str) -> str:

@@ -563,3 +563,81 @@ def test_an_exploded_batch_line_counts_the_records_read_not_the_rows_made(
     counts = re.findall(r"refine_silver_\w+ batch (\d+): (\d+) rows in", caplog.text)
     assert counts == [("0", "2")], caplog.text[-2000:]
     assert current(spark, settings, name).count() == 4  # three items, and the empty record
+
+
+def test_batch_after_batch_of_one_run_each_refines_as_a_first_batch_would(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    # A run builds its parse on its first batch and replays it on the others
+    # (`Plan.records`): each later batch, with its own kinds of records, must come out as a
+    # first batch would (the same records in one batch: test_upsert_expectations_...).
+    commits: list[list[object]] = [
+        [order(1, "created", 10.5, 100), order(2, "paid", -5.0, 100)],  # offsets 0, 1
+        [order(None, "paid", 3.0, 100), order(3, "weird", 1.0, 1)],  # 2, 3
+        [order(4, "paid", 2.0, 1, coupon="X", extra={"a": 1}), order(5, "paid", "abc", 1)],
+        [b'{"order_id": 9, "amou', order(1, "paid", 10.5, 200)],  # 6, 7
+    ]
+    source, topic, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        commits[0],
+        schema=ORDER_SCHEMA,
+        mode="append",
+        expectations=RULES,
+        max_files_per_trigger=1,  # one bronze commit per batch
+    )
+    for events in commits[1:]:
+        produce(settings, topic, events)
+        run_ingest(spark, settings, source)
+    result = run_refine(spark, settings, name)
+
+    assert (result.batches, result.rows_in, result.rows_written) == (4, 8, 4)
+    expected = spark.createDataFrame(
+        [
+            (1, 7, "created", 10.5, 100, None),
+            (3, 7, "weird", 1.0, 1, None),
+            (4, 7, "paid", 2.0, 1, '{"coupon":"X","extra":"{\\"a\\":1}"}'),
+            (1, 7, "paid", 10.5, 200, None),
+        ],
+        SILVER,
+    )
+    assert_df_equality(
+        silver_table(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    q = quarantine(spark, settings, name).select(
+        "batch_id", "offset", "failed_rules", "parse_error", "record"
+    )
+    expected_q = spark.createDataFrame(
+        [
+            (
+                0,
+                1,
+                ["amount_not_negative"],
+                None,
+                '{"order_id":2,"customer_id":7,"order_status":"paid","amount":-5.0,"ts":100}',
+            ),
+            (
+                2,
+                5,
+                ["amount_not_negative"],
+                None,
+                '{"order_id":5,"customer_id":7,"order_status":"paid","ts":1,"_rescued_data":"{\\"amount\\":\\"abc\\"}"}',
+            ),
+            (3, 6, ["parsable"], "invalid_json", "{}"),
+        ],
+        "batch_id long, offset long, failed_rules array<string>, parse_error string, record string",
+    )
+    assert_df_equality(q, expected_q, ignore_row_order=True, ignore_nullable=True)
+    failed = metrics(spark, settings, name).where("failed > 0").select("batch_id", "rule", "failed")
+    expected_m = spark.createDataFrame(
+        [
+            (0, "amount_not_negative", 1),
+            (1, "order_id_present", 1),
+            (1, "known_status", 1),
+            (2, "amount_not_negative", 1),
+            (2, "decode:amount", 1),
+            (3, "parsable", 1),
+        ],
+        "batch_id long, rule string, failed long",
+    )
+    assert_df_equality(failed, expected_m, ignore_row_order=True, ignore_nullable=True)
