@@ -14,7 +14,8 @@ instead, by its declared type and encoding:
     double     a JSON number or a numeric string (also NaN, Infinity) within the type's
                range (`1e400`, or `3.4e39` for a FLOAT, is not Infinity; `1e-400` not 0.0:
                see `exact_digits` for the JSON number)
-    boolean    true / false, as a JSON boolean or a string (any case)
+    boolean    true / false, as a JSON boolean or a string (any case), 1 / 0 (MySQL's
+               TINYINT(1)) or t / f (PostgreSQL's text); never yes / no, 2 or 1.0
     date       `iso`: "2024-01-05"; `epoch_days`: an integer (ISO strings are accepted too)
     timestamp  `iso`: an ISO-8601 string (with a zone or offset, else UTC; also RFC 3339's
                lowercase `t`/`z`, Java's `2024-01-05T10:00+01:00[Europe/Paris]`, `,5`);
@@ -162,8 +163,10 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
     if kind == "string":
         return _time_of_day(t, encoding) if encoding.startswith("time_") else text
     if kind == "boolean":
+        # The forms systems print: JSON, MySQL's TINYINT(1), PostgreSQL's text output. Not
+        # Spark's cast, which also guesses at yes/no/y/n.
         low = F.lower(t)
-        return F.when(low.isin("true", "false"), low == "true")
+        return F.when(low.isin("true", "t", "1"), True).when(low.isin("false", "f", "0"), False)
     if kind == "integral":
         whole = F.regexp_replace(t, r"\.0*$", "")
         # A number in exponent form (`1.5E1`, digits as written: `exact_digits`) goes through

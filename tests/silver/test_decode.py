@@ -163,8 +163,36 @@ def test_precise_decimals_decode_exactly_across_the_64_bit_edge_and_up_to_38_dig
     )
 
 
-def test_booleans_and_doubles_arrive_as_json_values_or_strings(spark: SparkSession) -> None:
-    check(spark, "boolean", "", [("true", True), ("FALSE", False), ("1", None), ("yes", None)])
+def test_booleans_arrive_as_json_values_strings_digits_or_postgres_letters(
+    spark: SparkSession,
+) -> None:
+    # The forms systems print: JSON, MySQL's TINYINT(1) (1/0), PostgreSQL's text output (t/f).
+    # Nothing else is guessed at: a yes, a 2 or a 1.0 is not a boolean.
+    check(
+        spark,
+        "boolean",
+        "",
+        [
+            ("true", True),
+            ("FALSE", False),
+            (" True ", True),
+            ("1", True),
+            ("0", False),
+            ("t", True),
+            ("F", False),
+            ("yes", None),
+            ("no", None),
+            ("2", None),
+            ("-1", None),
+            ("1.0", None),
+            ("01", None),
+            ("", None),
+            (None, None),
+        ],
+    )
+
+
+def test_doubles_arrive_as_json_values_or_strings(spark: SparkSession) -> None:
     check(
         spark,
         "double",

@@ -61,6 +61,7 @@ def test_numbers_as_strings_and_every_timestamp_encoding_decode_exactly_or_are_r
         {"id": 1, **WELL_TYPED, "name": "typed"},
         {"id": "2", **AS_STRINGS, "name": "strings"},
         {"id": 3, **MISTYPED, "name": 7},
+        {"id": 4, **WELL_TYPED, "paid": 0, "name": "a digit"},  # MySQL's TINYINT(1)
     ]
     _, _, name, settings = events_pipeline(
         spark,
@@ -73,7 +74,7 @@ def test_numbers_as_strings_and_every_timestamp_encoding_decode_exactly_or_are_r
         encodings={"at_s": "epoch_s", "at_ms": "epoch_ms"},
     )
     result = run_refine(spark, settings, name)
-    assert (result.rows_written, result.rows_quarantined) == (3, 0)
+    assert (result.rows_written, result.rows_quarantined) == (4, 0)
 
     good: tuple[Any, ...] = (3, Decimal("13.29"), 1.5, True, date(2024, 1, 5), AT, AT, AT_MS)
     nothing = (None,) * 7
@@ -82,6 +83,7 @@ def test_numbers_as_strings_and_every_timestamp_encoding_decode_exactly_or_are_r
             (1, *good, "typed", None),
             (2, *good, "strings", None),
             (3, *nothing, AT_MS, "7", "rescued"),
+            (4, 3, Decimal("13.29"), 1.5, False, date(2024, 1, 5), AT, AT, AT_MS, "a digit", None),
         ],
         f"{SCHEMA}, _rescued_data STRING",
     )
@@ -103,7 +105,7 @@ def test_numbers_as_strings_and_every_timestamp_encoding_decode_exactly_or_are_r
         for r in metrics(spark, settings, name).where("rule LIKE 'decode:%'").collect()
     }
     assert counted == {
-        (f"decode:{c}", "rescue", 2, 1)
+        (f"decode:{c}", "rescue", 3, 1)
         for c in ("qty", "amount", "price", "paid", "day", "at_iso", "at_s")
     }
 
