@@ -6,11 +6,13 @@ schema's `[name]` take names literally and need nothing)."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
 
 def quoted(name: str) -> str:
@@ -42,20 +44,38 @@ def unnameable(column: str) -> list[str]:
     return sorted({c for c in column if c in _UNNAMEABLE})
 
 
-def unnameable_fields(dtype: DataType, prefix: str = "") -> list[str]:
-    """The field names, at any depth of `dtype` (structs in arrays and maps too), that a
-    lakehouse table cannot hold, each as its dotted path."""
+def _structs(dtype: DataType, prefix: str = "") -> Iterator[tuple[str, StructType]]:
+    """Every struct in `dtype` (structs in arrays and maps too), each with the dotted path
+    its fields' names follow."""
     from pyspark.sql.types import ArrayType, MapType, StructType
 
     if isinstance(dtype, ArrayType):
-        return unnameable_fields(dtype.elementType, prefix)
-    if isinstance(dtype, MapType):
-        return unnameable_fields(dtype.keyType, prefix) + unnameable_fields(dtype.valueType, prefix)
-    if not isinstance(dtype, StructType):
-        return []
-    found = []
-    for f in dtype.fields:
-        path = f"{prefix}{f.name}"
-        found += [path] if unnameable(f.name) else []
-        found += unnameable_fields(f.dataType, f"{path}.")
-    return found
+        yield from _structs(dtype.elementType, prefix)
+    elif isinstance(dtype, MapType):
+        yield from _structs(dtype.keyType, prefix)
+        yield from _structs(dtype.valueType, prefix)
+    elif isinstance(dtype, StructType):
+        yield prefix, dtype
+        for f in dtype.fields:
+            yield from _structs(f.dataType, f"{prefix}{f.name}.")
+
+
+def unnameable_fields(dtype: DataType) -> list[str]:
+    """The field names, at any depth of `dtype` (structs in arrays and maps too), that a
+    lakehouse table cannot hold, each as its dotted path."""
+    return [f"{p}{f.name}" for p, s in _structs(dtype) for f in s.fields if unnameable(f.name)]
+
+
+def case_colliding_fields(dtype: DataType) -> list[str]:
+    """The field names, at any depth of `dtype`, equal to a sibling's but for case, each as
+    its dotted path (`case_collisions`)."""
+    return [f"{p}{n}" for p, s in _structs(dtype) for n in case_collisions(s.names)]
+
+
+def case_collisions(names: Sequence[str], taken: Iterable[str] = ()) -> list[str]:
+    """The `names` that cannot be columns beside `taken` and each other: Spark and Delta tell
+    column names apart without case (`ID` and `id` are one column, and both of two such new
+    names collide: neither is the right one to keep)."""
+    counts = Counter(n.lower() for n in names)
+    used = {t.lower() for t in taken}
+    return [n for n in names if counts[n.lower()] > 1 or n.lower() in used]

@@ -14,7 +14,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import faults, tables
-from lakehouse.core.columns import unnameable_fields
+from lakehouse.core.columns import case_colliding_fields, case_collisions, unnameable_fields
 from lakehouse.quality.expectations import (
     REMOVING,
     Expectation,
@@ -337,14 +337,19 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     types = {f.name: f for f in inferred.schema.fields}
     new_fields = [types.get(n, StructField(n, StringType())) for n in sorted(unknown)]
     # The evolved DDL is kept in a table property, a quoted SQL string: no quote in it either.
+    colliding = set(_case_collisions(spark, plan, evaluated, [f.name for f in new_fields]))
     kept = [
         f
         for f in new_fields
-        if not unnameable_fields(StructType([f])) and "'" not in tables.columns_ddl([f])
+        if not unnameable_fields(StructType([f]))
+        and not case_colliding_fields(StructType([f]))
+        and "'" not in tables.columns_ddl([f])
+        and f.name not in colliding
     ]
     if len(kept) < len(new_fields):
         log.warning(
-            "silver.%s: field(s) %s stay in _rescued_data: a name in them cannot name a column",
+            "silver.%s: field(s) %s stay in _rescued_data: a name in them cannot name a column "
+            "(a character Delta refuses, or a column's name but for case)",
             plan.name,
             sorted({f.name for f in new_fields} - {f.name for f in kept}),
         )
@@ -364,3 +369,16 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
         plan.table.schema, ddl, plan.schema.encodings, plan.schema.nested_encodings
     )
     return True
+
+
+def _case_collisions(
+    spark: SparkSession, plan: Plan, evaluated: DataFrame, names: list[str]
+) -> list[str]:
+    """The new fields' `names` that would be a column the batch or the table has already but
+    for case (`ID` beside `id`), or each other's, or are silver's own (`silvers_own`). A
+    column of exactly a new field's name is no collision: an evolve that failed before its
+    table property was set added it."""
+    existing = spark.read.format("delta").load(plan.path).columns
+    taken = [*evaluated.columns, *(c for c in existing if c not in names)]
+    own = [n for n in names if silver.silvers_own(n)]
+    return own + case_collisions(names, taken)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.bronze import transform as bronze
 from lakehouse.core import system, tables
-from lakehouse.core.columns import unnameable_fields
+from lakehouse.core.columns import case_colliding_fields, unnameable_fields
 from lakehouse.core.current import is_bookkeeping
 from lakehouse.core.errors import UsageError
 from lakehouse.core.replayed import Replayed
@@ -117,6 +117,7 @@ def prepare(
         declared = silver.parse_schema(table.schema)
     except Exception as exc:
         raise SettingsError(f"silver.{name}.schema: not valid Spark DDL: {exc}") from None
+    _check_names(name, declared.struct)
     expectations = [silver.PARSABLE, *from_settings(table.expectations)]
     records = transform(
         spark.createDataFrame([], bronze.bronze_schema(bronze_kind(kind))), table, kind, declared
@@ -232,6 +233,19 @@ def transform(
     if kind == "changes":
         return insert_delete_changes(bronze_rows, table, schema)
     return silver.event_records(bronze_rows, table, schema)
+
+
+def _check_names(name: str, struct: StructType) -> None:
+    """Before a batch's columns are built from them: Spark would find such a name ambiguous
+    mid-batch, or silver's own column would be overwritten."""
+    clash = case_colliding_fields(struct) + [n for n in struct.names if silver.silvers_own(n)]
+    if clash:
+        raise SettingsError(
+            f"silver.{name}.schema: {', '.join(map(repr, clash))} cannot name a column: Spark "
+            "and Delta tell names apart without case, and names starting with __ or _lh_, and "
+            f"{silver.RESCUED}, are silver's own. Declare other names (a record's fields that "
+            "no column declares stay in _rescued_data)"
+        )
 
 
 def _check_columns(name: str, table: SilverTableSettings, records: DataFrame) -> None:

@@ -65,6 +65,15 @@ TRANSIENT = (
     TOMBSTONE_ROW,
 )
 
+
+def silvers_own(name: str) -> bool:
+    """Whether `name` is, or may one day be, one of silver's own columns: `_rescued_data`, a
+    batch's transient `_lh_*`, a keyed table's bookkeeping `__*` (any case: see
+    `columns.case_collisions`). No record field becomes a column of such a name."""
+    low = name.lower()
+    return low == RESCUED or low.startswith(("_lh_", "__"))
+
+
 # The built-in rule every table has: a record that did not parse goes to quarantine.
 PARSABLE = Expectation("parsable", f"{ERROR} IS NULL", "quarantine")
 

@@ -169,3 +169,73 @@ def test_a_name_no_column_can_have_fails_at_start_and_an_evolved_one_stays_rescu
     )
     actual = silver_table(spark, settings, name).select("id", "_rescued_data", "`new.field`")
     assert_df_equality(actual.orderBy("id"), expected, ignore_nullable=True)
+
+
+def test_an_evolved_field_named_like_a_column_but_for_case_stays_rescued(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Spark and Delta tell column names apart without case: `ID` beside `id`, or `Note`
+    beside `note`, cannot both be columns. Under `schema_drift: evolve` such fields stay in
+    `_rescued_data` (both of two new ones: neither is the right one to keep), as do fields
+    named like silver's own columns (`__deleted`, as Debezium's unwrap adds, `_lh_*`,
+    `_rescued_data`), while `extra` becomes a column, in one batch and the next; nothing
+    fails and nothing is lost. (Each made the batch fail, and so every batch after it.)"""
+    first = {"id": 1, "ID": 5, "note": "a", "Note": "b", "extra": 1, "__deleted": "false"}
+    more = {"_lh_error": "x", "_rescued_data": "y", "meta": {"a": 1, "A": 2}}
+    events: list[object] = [{**first, **more}]
+    source, topic, _, settings = events_pipeline(
+        spark, kafka_up, events, mode="append", schema="id INT"
+    )
+    name, settings = with_silver(
+        settings, source, mode="append", schema="id INT", schema_drift="evolve"
+    )
+    run_refine(spark, settings, name)
+    produce(settings, topic, [{"id": 2, "Id": 6, "extra": 2, "EXTRA": 3}])
+    run_ingest(spark, settings, source)
+    run_refine(spark, settings, name)
+    expected = spark.createDataFrame(
+        [
+            (
+                1,
+                '{"ID":"5","note":"a","Note":"b","__deleted":"false",'
+                '"_lh_error":"x","_rescued_data":"y","meta":"{\\"a\\":1,\\"A\\":2}"}',
+                1,
+            ),
+            (2, '{"Id":"6","EXTRA":"3"}', 2),
+        ],
+        "id INT, _rescued_data STRING, extra BIGINT",
+    )
+    actual = silver_table(spark, settings, name)
+    assert [
+        c for c in actual.columns if c.lower() in ("id", "note", "extra", "__deleted", "meta.a")
+    ] == [
+        "id",
+        "extra",
+    ]
+    assert_df_equality(
+        actual.select("id", "_rescued_data", "extra").orderBy("id"), expected, ignore_nullable=True
+    )
+
+
+def test_declared_names_equal_but_for_case_or_named_like_silvers_own_fail_at_start(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """`ID` beside `id`, or a column named like silver's own (`__deleted`, the tombstone flag
+    of an upsert table; `_rescued_data`; a `_lh_*` column of the batch), fails before anything
+    is written, naming the table's schema and the names."""
+    source, _, _, settings = events_pipeline(
+        spark, kafka_up, [{"id": 1}], mode="append", schema="id INT"
+    )
+    for schema, named in [
+        ("id INT, ID INT", "'id', 'ID'"),
+        ("id INT, meta STRUCT<a: INT, A: INT>", "'meta.a', 'meta.A'"),
+        ("id INT, __deleted STRING", "'__deleted'"),
+        ("id INT, _rescued_data STRING", "'_rescued_data'"),
+        ("id INT, _LH_error STRING", "'_LH_error'"),
+    ]:
+        name, declared = with_silver(
+            settings, source, mode="upsert", keys=("id",), sequence_by="id", schema=schema
+        )
+        with pytest.raises(SettingsError, match=rf"silver\.{name}\.schema: {named} "):
+            run_refine(spark, declared, name)
+        assert not tables.exists(spark, declared.storage.path("silver", name))
