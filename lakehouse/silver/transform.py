@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lakehouse.core.columns import named
+from lakehouse.core.current import BOOKKEEPING
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.quality.expectations import (
     ACTIONS,
@@ -71,7 +72,7 @@ def silvers_own(name: str) -> bool:
     batch's transient `_lh_*`, a keyed table's bookkeeping `__*` (any case: see
     `columns.case_collisions`). No record field becomes a column of such a name."""
     low = name.lower()
-    return low == RESCUED or low.startswith(("_lh_", "__"))
+    return low == RESCUED or low.startswith(("_lh_", BOOKKEEPING))
 
 
 # The built-in rule every table has: a record that did not parse goes to quarantine.
