@@ -62,8 +62,13 @@ def _structs(dtype: DataType, prefix: str = "") -> Iterator[tuple[str, StructTyp
 
 def unnameable_fields(dtype: DataType) -> list[str]:
     """The field names, at any depth of `dtype` (structs in arrays and maps too), that a
-    lakehouse table cannot hold, each as its dotted path."""
-    return [f"{p}{f.name}" for p, s in _structs(dtype) for f in s.fields if unnameable(f.name)]
+    lakehouse table cannot hold, each as its dotted path: an empty one too (JSON allows it)."""
+    return [
+        f"{p}{f.name}"
+        for p, s in _structs(dtype)
+        for f in s.fields
+        if not f.name or unnameable(f.name)
+    ]
 
 
 def case_colliding_fields(dtype: DataType) -> list[str]:

@@ -138,8 +138,10 @@ def test_a_name_no_column_can_have_fails_at_start_and_an_evolved_one_stays_rescu
     """Declared, `unit price` (or a field of a struct in an array named so, or a name with a
     backtick) fails before anything is written, naming the table's schema; arriving under
     `schema_drift: evolve`, such a field, at any depth, stays in `_rescued_data` while
-    `new.field` becomes a column, in one batch and the next."""
-    events: list[object] = [{"id": 1, "unit price": 2.5, "new.field": "x", "meta": {"a b": 1}}]
+    `new.field` becomes a column, in one batch and the next. So does an empty name (JSON
+    allows `""`; evolve made it a column with no name)."""
+    first = {"id": 1, "unit price": 2.5, "new.field": "x", "meta": {"a b": 1}}
+    events: list[object] = [{**first, "": 0}]
     source, topic, _, settings = events_pipeline(
         spark, kafka_up, events, mode="append", schema="id INT"
     )
@@ -157,13 +159,14 @@ def test_a_name_no_column_can_have_fails_at_start_and_an_evolved_one_stays_rescu
         settings, source, mode="append", schema="id INT", schema_drift="evolve"
     )
     run_refine(spark, settings, name)
-    produce(settings, topic, [{"id": 2, "unit price": 3.5, "new.field": "y", "meta": {"a b": 2}}])
+    second = {"id": 2, "unit price": 3.5, "new.field": "y", "meta": {"a b": 2}, "": 9}
+    produce(settings, topic, [second])
     run_ingest(spark, settings, source)
     run_refine(spark, settings, name)
     expected = spark.createDataFrame(
         [
-            (1, '{"unit price":"2.5","meta":"{\\"a b\\":1}"}', "x"),
-            (2, '{"unit price":"3.5","meta":"{\\"a b\\":2}"}', "y"),
+            (1, '{"unit price":"2.5","meta":"{\\"a b\\":1}","":"0"}', "x"),
+            (2, '{"unit price":"3.5","meta":"{\\"a b\\":2}","":"9"}', "y"),
         ],
         "id INT, _rescued_data STRING, `new.field` STRING",
     )
