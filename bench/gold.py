@@ -29,6 +29,7 @@ from lakehouse.core.settings import Settings, load_settings
 from lakehouse.core.spark import build_session
 from lakehouse.core.specs import GoldTableSettings, SilverTableSettings, SourceSettings
 from lakehouse.gold.build import GoldOptions, build_gold
+from lakehouse.silver.changes import OP, SEQ
 from lakehouse.silver.plan import SILVER_PROPERTIES
 from lakehouse.silver.scd1 import apply_scd1, scd1_schema
 
@@ -108,8 +109,8 @@ def changes(spark: SparkSession, rows: int, seq: int) -> DataFrame:
             )
             % F.lit(SPAN_MS)
         ).alias("ts"),
-        F.lit("u").alias("_op"),
-        F.lit(seq).cast("long").alias("_seq"),
+        F.lit("u").alias(OP),
+        F.lit(seq).cast("long").alias(SEQ),
     )
 
 

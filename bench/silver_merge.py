@@ -106,7 +106,7 @@ def change_batch(changes: int, smallest: int, seed: int) -> list[tuple[str, int,
 def changes_frame(
     spark: SparkSession, batch: list[tuple[str, int, float]], size: int, smallest: int
 ) -> DataFrame:
-    """The batch as normalized changes for `apply_scd1`: the row columns, `_op`, `_seq`."""
+    """The batch as normalized changes for `apply_scd1`: the row columns, `_lh_op`, `_lh_seq`."""
     from decimal import Decimal
 
     from pyspark.sql.types import LongType, StringType, StructField, StructType

@@ -33,6 +33,11 @@ def named(name: str) -> Column:
     return F.col(quoted(name))
 
 
+# The prefix of every column the lakehouse adds to a frame of a record's or a table's columns
+# while it works on it (a change's `_lh_seq`, a window's `_lh_rank`, ...), never written to a
+# table: no record field or table column takes such a name, so none is overwritten or dropped.
+WORKING = "_lh_"
+
 # Characters Delta refuses in a column name unless the table maps its columns
 # (`delta.columnMapping.mode`, which the lakehouse does not turn on: README, Silver), and the
 # backtick, which SQL the lakehouse writes (MERGE conditions, selects) does not escape yet.

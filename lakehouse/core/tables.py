@@ -260,6 +260,11 @@ def append_once(rows: DataFrame, path: str, app_id: str, version: int) -> None:
     write_once(rows, path, app_id, version)
 
 
+# The columns Delta's Change Data Feed adds to a read of it; a table with the feed on may hold
+# no column of these names.
+CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
 def change_feed(spark: SparkSession, path: str, since: int, until: int) -> DataFrame:
     """The Change Data Feed of versions (since, until]: every change's images with Delta's
     `_change_type`, `_commit_version` and `_commit_timestamp`."""

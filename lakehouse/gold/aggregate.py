@@ -22,7 +22,7 @@ from lakehouse.core.specs import GoldTableSettings
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-PRESENT = "_present"  # in the MERGE source: the group still has rows (else it is deleted)
+PRESENT = "_lh_present"  # in the MERGE source: the group still has rows (else it is deleted)
 
 
 def group_columns(gold: GoldTableSettings) -> list[Column]:
@@ -61,20 +61,21 @@ def in_groups(rows: DataFrame, keys: DataFrame, gold: GoldTableSettings) -> Data
     from pyspark.sql import functions as F
 
     grouped = rows.select(
-        "*", *[c.alias(f"_g_{n}") for c, n in zip(group_columns(gold), gold.group_by, strict=True)]
+        "*",
+        *[c.alias(f"_lh_g_{n}") for c, n in zip(group_columns(gold), gold.group_by, strict=True)],
     )
-    renamed = keys.select(*[named(n).alias(f"_g_{n}") for n in gold.group_by])
+    renamed = keys.select(*[named(n).alias(f"_lh_g_{n}") for n in gold.group_by])
     on = reduce(
         lambda a, b: a & b,
-        [grouped[f"_g_{n}"].eqNullSafe(renamed[f"_g_{n}"]) for n in gold.group_by],
+        [grouped[f"_lh_g_{n}"].eqNullSafe(renamed[f"_lh_g_{n}"]) for n in gold.group_by],
     )
     kept = grouped.join(F.broadcast(renamed), on, "left_semi")
-    return kept.drop(*[f"_g_{n}" for n in gold.group_by])
+    return kept.drop(*[f"_lh_g_{n}" for n in gold.group_by])
 
 
 def merge_source(keys: DataFrame, recomputed: DataFrame, gold: GoldTableSettings) -> DataFrame:
-    """One row per touched group: its recomputed values and `_present`, or only its key with
-    `_present` false when the group has no rows any more (the MERGE deletes it)."""
+    """One row per touched group: its recomputed values and `_lh_present`, or only its key with
+    `_lh_present` false when the group has no rows any more (the MERGE deletes it)."""
     from pyspark.sql import functions as F
 
     values = recomputed.withColumn(PRESENT, F.lit(True)).alias("r")

@@ -23,8 +23,6 @@ from lakehouse.offline import buckets, hybrid, store
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
-
 
 @dataclass(frozen=True)
 class Source:
@@ -111,7 +109,7 @@ def _feed(spark: SparkSession, path: str, since: int, until: int) -> DataFrame:
     if since >= until:
         empty = spark.read.format("delta").option("versionAsOf", until).load(path)
         return empty.limit(0)
-    return tables.change_feed(spark, path, since, until).drop(*CDF_COLUMNS)
+    return tables.change_feed(spark, path, since, until).drop(*tables.CDF_COLUMNS)
 
 
 def _switched(

@@ -120,7 +120,7 @@ def read(
     from pyspark.sql import functions as F
 
     columns = [
-        (named(f.name) if f.name in present else F.lit(None)).alias(f"_raw_{f.name}")
+        (named(f.name) if f.name in present else F.lit(None)).alias(f"_lh_raw_{f.name}")
         for f in schema.fields
     ]
     given = raw.select(*columns)
@@ -129,8 +129,8 @@ def read(
         "*",
         *[
             _convert(
-                f"_raw_{f.name}",
-                given.schema[f"_raw_{f.name}"].dataType,
+                f"_lh_raw_{f.name}",
+                given.schema[f"_lh_raw_{f.name}"].dataType,
                 f.dataType,
                 encodings.get(f.name, ""),
             ).alias(f.name)
@@ -211,13 +211,13 @@ def check_values(conformed: DataFrame, schema: StructType) -> Check | None:
     from pyspark.sql import functions as F
 
     failed = [
-        F.when(named(f"_raw_{f.name}").isNotNull() & named(f.name).isNull(), F.lit(f.name))
+        F.when(named(f"_lh_raw_{f.name}").isNotNull() & named(f.name).isNull(), F.lit(f.name))
         for f in schema.fields
     ]
-    bad = conformed.withColumn("_bad", F.filter(F.array(*failed), lambda c: c.isNotNull())).where(
-        F.size("_bad") > 0
-    )
-    return _check("values that do not fit their column's type", bad, ["_bad", *_raw(schema)])
+    bad = conformed.withColumn(
+        "_lh_bad", F.filter(F.array(*failed), lambda c: c.isNotNull())
+    ).where(F.size("_lh_bad") > 0)
+    return _check("values that do not fit their column's type", bad, ["_lh_bad", *_raw(schema)])
 
 
 def check_window(
@@ -306,7 +306,7 @@ def _check(name: str, bad: DataFrame, show: Sequence[str]) -> Check | None:
 
 
 def _raw(schema: StructType) -> list[str]:
-    return [f"_raw_{f.name}" for f in schema.fields]
+    return [f"_lh_raw_{f.name}" for f in schema.fields]
 
 
 def window_closes(end: datetime, spec: OfflineTableSettings) -> datetime:

@@ -34,10 +34,10 @@ if TYPE_CHECKING:
     from lakehouse.core.specs import ExpectationSettings
 
 ACTIONS = EXPECTATION_ACTIONS  # declared once, with the settings that name them
-FAILED = "_failed_expectations"  # array<string> of failed rule names, per row
+FAILED = "_lh_failed_expectations"  # array<string> of failed rule names, per row
 # The failed rules of a row as bits: one long per 63 rules (`_failed_mask0`, ...). Cheap to
 # compute, count and filter on; the names are only made for rows that are quarantined.
-MASK = "_failed_mask"
+MASK = "_lh_failed_mask"
 _BITS = 63
 
 
@@ -255,7 +255,7 @@ def fails_any(expectations: Sequence[Expectation], actions: Sequence[str]) -> Co
 
 
 def failed_names(expectations: Sequence[Expectation]) -> Column:
-    """`_failed_expectations`: the names of the rules the row fails, in declaration order."""
+    """`_lh_failed_expectations`: the names of the rules the row fails, in declaration order."""
     from pyspark.sql import functions as F
 
     names = [F.when(_fails_at(i), F.lit(e.name)) for i, e in enumerate(expectations)]
@@ -264,7 +264,7 @@ def failed_names(expectations: Sequence[Expectation]) -> Column:
 
 
 def with_failed_names(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
-    """The evaluated rows with `_failed_expectations` (names) in place of the bitmask."""
+    """The evaluated rows with `_lh_failed_expectations` (names) in place of the bitmask."""
     masks = mask_columns(len(expectations))
     return evaluated.withColumn(FAILED, failed_names(expectations)).drop(*masks)
 

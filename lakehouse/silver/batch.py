@@ -33,6 +33,7 @@ from lakehouse.silver.transform import SchemaDriftError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
+    from pyspark.sql.types import StructField
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +338,7 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     types = {f.name: f for f in inferred.schema.fields}
     new_fields = [types.get(n, StructField(n, StringType())) for n in sorted(unknown)]
     # The evolved DDL is kept in a table property, a quoted SQL string: no quote in it either.
-    colliding = set(_case_collisions(spark, plan, evaluated, [f.name for f in new_fields]))
+    colliding = set(_collisions(spark, plan, evaluated, new_fields))
     kept = [
         f
         for f in new_fields
@@ -349,7 +350,8 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     if len(kept) < len(new_fields):
         log.warning(
             "silver.%s: field(s) %s stay in _rescued_data: a name in them cannot name a column "
-            "(a character Delta refuses, or a column's name but for case)",
+            "(a character Delta refuses; a column's name but for case, once flattened too; "
+            "silver's own)",
             plan.name,
             sorted({f.name for f in new_fields} - {f.name for f in kept}),
         )
@@ -371,14 +373,21 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     return True
 
 
-def _case_collisions(
-    spark: SparkSession, plan: Plan, evaluated: DataFrame, names: list[str]
+def _collisions(
+    spark: SparkSession, plan: Plan, evaluated: DataFrame, fields: list[StructField]
 ) -> list[str]:
-    """The new fields' `names` that would be a column the batch or the table has already but
-    for case (`ID` beside `id`), or each other's, or are silver's own (`silvers_own`). A
-    column of exactly a new field's name is no collision: an evolve that failed before its
+    """The new `fields` (names) whose columns (`flat_names`: a struct's fields flattened)
+    would be a column the batch or the table has already but for case (`ID` beside `id`,
+    `meta: {a}` beside `meta_a`), or each other's, or silver's own (`silvers_own`). A table
+    column of exactly a new column's name is no collision: an evolve that failed before its
     table property was set added it."""
+    flat = {f.name: silver.flat_names(f) for f in fields}
+    names = [n for columns in flat.values() for n in columns]
     existing = spark.read.format("delta").load(plan.path).columns
     taken = [*evaluated.columns, *(c for c in existing if c not in names)]
-    own = [n for n in names if silver.silvers_own(n)]
-    return own + case_collisions(names, taken)
+    bad = set(case_collisions(names, taken))
+    return [
+        name
+        for name, columns in flat.items()
+        if silver.silvers_own(name) or any(c in bad or silver.silvers_own(c) for c in columns)
+    ]

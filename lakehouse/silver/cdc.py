@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 
 def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSchema) -> DataFrame:
-    """Bronze CDC rows -> normalized changes: the row image's columns plus `_op`, `_seq` (the
-    connector's position, PostgreSQL LSN) and `_ts` (source commit time), with `_lh_*` columns.
+    """Bronze CDC rows -> normalized changes: the row image's columns plus `_lh_op`, `_lh_seq` (the
+    connector's position, PostgreSQL LSN) and `_lh_ts` (source commit time), with `_lh_*` columns.
 
     The image is `after` for c/u/r and `before` for d (under REPLICA IDENTITY DEFAULT only the
     key), from the plain envelope, the `payload` of a schemas.enable=true record, or the

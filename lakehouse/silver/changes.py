@@ -2,13 +2,13 @@
 
 A change is a row of the table's columns (the after-image; for a delete the key and whatever
 the before-image carried) plus:
-- `_op`: c (create), u (update), r (snapshot read), d (delete) or t (a table-wide truncate);
-- `_seq`: a number that orders the changes of one key (PostgreSQL: the change's LSN; events:
+- `_lh_op`: c (create), u (update), r (snapshot read), d (delete) or t (a table-wide truncate);
+- `_lh_seq`: a number that orders the changes of one key (PostgreSQL: the change's LSN; events:
   the `sequence_by` column), but for a snapshot read followed by an older-looking change
   (`snapshot_position`);
-- `_ts`: optionally the source commit time of the change (may be null);
-- `_arrival`: optionally where the change arrived (its bronze topic, partition and offset),
-  which only breaks ties between changes of one key at the same `_seq`.
+- `_lh_ts`: optionally the source commit time of the change (may be null);
+- `_lh_arrival`: optionally where the change arrived (its bronze topic, partition and offset),
+  which only breaks ties between changes of one key at the same `_lh_seq`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from lakehouse.core.columns import named
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-OP, SEQ, TS = "_op", "_seq", "_ts"
+OP, SEQ, TS = "_lh_op", "_lh_seq", "_lh_ts"
 # Optional: where a change arrived (anything orderable, e.g. its Kafka topic, partition and
-# offset). It only breaks ties between changes of one key at the same `_seq`.
-ARRIVAL = "_arrival"
+# offset). It only breaks ties between changes of one key at the same `_lh_seq`.
+ARRIVAL = "_lh_arrival"
 SNAPSHOT_READ = "r"
 UPSERT_OPS = ("c", "u", SNAPSHOT_READ)
 DELETE, TRUNCATE = "d", "t"
@@ -32,13 +32,13 @@ CHANGE_META = (OP, SEQ, TS, ARRIVAL)
 
 
 def latest_per_key(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
-    """The change with the highest `_seq` per key. Exact replays collapse to one row; a batch
+    """The change with the highest `_lh_seq` per key. Exact replays collapse to one row; a batch
     holding several changes of a key reduces to the one MERGE must apply.
 
-    Changes of a key at the same `_seq` (two events with the same timestamp): the first to
-    arrive wins when the changes carry `_arrival`, as it does across batches (the MERGE applies
-    only a strictly newer `_seq`). Where the batches were cut then decides nothing, as long as
-    a key's changes arrive in order (one Kafka partition per key). Without `_arrival` a tie
+    Changes of a key at the same `_lh_seq` (two events with the same timestamp): the first to
+    arrive wins when the changes carry `_lh_arrival`, as it does across batches (the MERGE applies
+    only a strictly newer `_lh_seq`). Where the batches were cut then decides nothing, as long as
+    a key's changes arrive in order (one Kafka partition per key). Without `_lh_arrival` a tie
     within a batch is resolved arbitrarily."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -47,17 +47,17 @@ def latest_per_key(changes: DataFrame, keys: Sequence[str]) -> DataFrame:
     order = Window.partitionBy(*[named(k) for k in keys]).orderBy(F.col(SEQ).desc(), *tiebreak)
     return (
         changes.where(F.col(OP).isin(*UPSERT_OPS, DELETE))
-        .withColumn("_rank", F.row_number().over(order))
-        .where("_rank = 1")
-        .drop("_rank")
+        .withColumn("_lh_rank", F.row_number().over(order))
+        .where("_lh_rank = 1")
+        .drop("_lh_rank")
     )
 
 
 def snapshot_position(
     keys: Sequence[str], is_snapshot: Column, arrival: Column, streamed: Column
 ) -> Column:
-    """The `_seq` a change applies at: its own, but a snapshot read moves to just below the
-    lowest `_seq` of the changes of its key that arrive after it (`streamed` and not a snapshot
+    """The `_lh_seq` a change applies at: its own, but a snapshot read moves to just below the
+    lowest `_lh_seq` of the changes of its key that arrive after it (`streamed` and not a snapshot
     read, later by `arrival`) when that is at or below its own.
 
     Why: a snapshot read's position is where the WAL was when the snapshot started (PostgreSQL:

@@ -6,7 +6,7 @@ upsert (`c`), a delete a delete (`d`).
 Feldera buffers several changes in one record as newline-delimited JSON, which is read too.
 
 The format carries no source position, so changes are ordered by where they sit in Kafka: the
-record's offset, then the change's place in it (`_seq` = offset * 100,000 + index). Offsets
+record's offset, then the change's place in it (`_lh_seq` = offset * 100,000 + index). Offsets
 order only the records of one partition, and Feldera's producer sends no key (a key's changes
 spread over the partitions), so the source reads one topic (checked at load) of one partition:
 a record from another partition is quarantined. A record that is not such a change, or a row

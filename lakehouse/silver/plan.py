@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.bronze import transform as bronze
 from lakehouse.core import system, tables
-from lakehouse.core.columns import case_colliding_fields, unnameable_fields
+from lakehouse.core.columns import case_colliding_fields, case_collisions, unnameable_fields
 from lakehouse.core.current import is_bookkeeping
 from lakehouse.core.errors import UsageError
 from lakehouse.core.replayed import Replayed
@@ -29,6 +29,8 @@ from lakehouse.silver.insert_delete import insert_delete_changes
 from lakehouse.silver.transform import ParsedSchema
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -117,7 +119,7 @@ def prepare(
         declared = silver.parse_schema(table.schema)
     except Exception as exc:
         raise SettingsError(f"silver.{name}.schema: not valid Spark DDL: {exc}") from None
-    _check_names(name, declared.struct)
+    _check_names(name, table, declared.struct)
     expectations = [silver.PARSABLE, *from_settings(table.expectations)]
     records = transform(
         spark.createDataFrame([], bronze.bronze_schema(bronze_kind(kind))), table, kind, declared
@@ -235,17 +237,35 @@ def transform(
     return silver.event_records(bronze_rows, table, schema)
 
 
-def _check_names(name: str, struct: StructType) -> None:
+def _check_names(name: str, table: SilverTableSettings, struct: StructType) -> None:
     """Before a batch's columns are built from them: Spark would find such a name ambiguous
     mid-batch, or silver's own column would be overwritten."""
-    clash = case_colliding_fields(struct) + [n for n in struct.names if silver.silvers_own(n)]
+    columns = _flat_columns(struct, table.explode)
+    own = [n for n in [*struct.names, *columns] if silver.silvers_own(n)]
+    # Siblings equal but for case meet once flattened too: named once, by their paths.
+    clash = [*(case_colliding_fields(struct) or case_collisions(columns)), *own]
     if clash:
         raise SettingsError(
-            f"silver.{name}.schema: {', '.join(map(repr, clash))} cannot name a column: Spark "
-            "and Delta tell names apart without case, and names starting with __ or _lh_, and "
-            f"{silver.RESCUED}, are silver's own. Declare other names (a record's fields that "
-            "no column declares stay in _rescued_data)"
+            f"silver.{name}.schema: {', '.join(map(repr, dict.fromkeys(clash)))} cannot name a "
+            "column: Spark and Delta tell names apart without case, a struct's fields become "
+            "columns <struct>_<field> and an exploded array adds <array>_pos, and names "
+            f"starting with __ or _lh_, {silver.RESCUED} and the Change Data Feed's "
+            f"{', '.join(tables.CDF_COLUMNS)} are silver's own. Declare other names (a "
+            "record's fields that no column declares stay in _rescued_data)"
         )
+
+
+def _flat_columns(struct: StructType, explode: Sequence[str]) -> list[str]:
+    """The columns a record of `struct` becomes: arrays exploded, then structs flattened."""
+    from pyspark.sql.types import ArrayType, StructField
+
+    columns: list[str] = []
+    for f in struct.fields:
+        if f.name in explode and isinstance(f.dataType, ArrayType):
+            columns.append(silver.position_column(f.name))
+            f = StructField(f.name, f.dataType.elementType)
+        columns += silver.flat_names(f)
+    return columns
 
 
 def _check_columns(name: str, table: SilverTableSettings, records: DataFrame) -> None:

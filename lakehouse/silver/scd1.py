@@ -69,7 +69,7 @@ def apply_scd1(
     key_filter_changes: int = KEY_FILTER_CHANGES,
     snapshot_reads: bool = True,
 ) -> None:
-    """MERGE one batch of changes into the SCD1 target. Each key moves only forward in `_seq`,
+    """MERGE one batch of changes into the SCD1 target. Each key moves only forward in `_lh_seq`,
     so applying batches in any order, or twice, ends in the same state. A batch of at most
     `broadcast_changes` rows is broadcast to the MERGE's joins (0: never); one of at most
     `key_filter_changes` rows also narrows the MERGE's target scans with a Bloom filter of its
@@ -77,8 +77,8 @@ def apply_scd1(
     least the number of changes (saves counting them). `snapshot_reads` False: the caller
     knows the batch holds none (saves placing them, `snapshot_position`).
 
-    A change arriving after a snapshot read of its key replaces it whatever its `_seq`
-    (`snapshot_position`): within the batch by `_arrival`, against the target by its
+    A change arriving after a snapshot read of its key replaces it whatever its `_lh_seq`
+    (`snapshot_position`): within the batch by `_lh_arrival`, against the target by its
     `__snapshot` (the row is a snapshot read no change has followed yet)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F

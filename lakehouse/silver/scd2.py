@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.core.current import END_AT, END_SEQ, SNAPSHOT, START_AT, START_SEQ, TARGET_SEQ
 from lakehouse.silver.changes import CHANGE_META
-from lakehouse.silver.scd2_history import has_map, merge_source
+from lakehouse.silver.scd2_history import DELETE_VERSION, has_map, merge_source
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -23,27 +23,27 @@ def scd2_schema(columns: StructType) -> StructType:
     - the row columns, then `__start_seq`, `__end_seq`, `__start_at`, `__end_at` and `__seq`;
       `(keys, __start_seq)` is unique.
     - A version covers the positions `[__start_seq, __end_seq)` and the source times
-      `[__start_at, __end_at)`; `*_seq` come from the changes' `_seq`, `*_at` from their `_ts`
+      `[__start_at, __end_at)`; `*_seq` come from the changes' `_lh_seq`, `*_at` from their `_lh_ts`
       (so they are null when the source gave no time).
     - The current version of a key is its row with `__end_seq IS NULL` (at most one per key).
     - A change whose tracked columns differ from the version before it ends that version (at
-      the change's `_seq`/`_ts`) and opens a new one. A change whose tracked columns are equal
+      the change's `_lh_seq`/`_lh_ts`) and opens a new one. A change whose tracked columns are equal
       (only untracked columns changed) updates that version in place: its row columns and
       `__seq`, the last change folded into it.
     - A delete closes the key's open version (`__end_seq`/`__end_at` = the delete's
-      `_seq`/`_ts`), adds no version and never overwrites the row's values (under REPLICA
+      `_lh_seq`/`_lh_ts`), adds no version and never overwrites the row's values (under REPLICA
       IDENTITY DEFAULT it carries only the key).
     - A delete with no open version before it (a key never seen, its insert still to arrive, or
       a second delete) is kept as a *delete marker*: a closed, zero-length row with
-      `__start_seq = __end_seq = __seq` = the delete's `_seq`, `__start_at = __end_at` = its
-      `_ts`, and null row columns except the key. It is never current and covers no position
+      `__start_seq = __end_seq = __seq` = the delete's `_lh_seq`, `__start_at = __end_at` = its
+      `_lh_ts`, and null row columns except the key. It is never current and covers no position
       or time, so as-of queries (`__start_at <= T AND (__end_at > T OR __end_at IS NULL)`) skip
       it; `history_rows` drops markers for readers who list versions.
-    - A truncate closes every open version at the truncate's `_seq`/`_ts`.
+    - A truncate closes every open version at the truncate's `_lh_seq`/`_lh_ts`.
     - `__snapshot`: the version is current and its last change (`__seq`) is a snapshot read.
-      A change arriving after it replaces it whatever its `_seq`: the snapshot read moves to
+      A change arriving after it replaces it whatever its `_lh_seq`: the snapshot read moves to
       just below that change (`lakehouse.silver.changes.snapshot_position`), so its `__seq`
-      (or `__start_seq`) is then that change's `_seq` - 1."""
+      (or `__start_seq`) is then that change's `_lh_seq` - 1."""
     from pyspark.sql.types import BooleanType, LongType, StructField, StructType, TimestampType
 
     return StructType(
@@ -77,9 +77,9 @@ def apply_scd2(
     `track_columns` empty tracks every non-key row column. For the keys in the batch only, the
     versions already in the target are turned back into changes (a version's opening change at
     `__start_seq`, the last change folded into it at `__seq`, and the delete that closed it, or
-    its marker, at `__end_seq`), combined with the batch, de-duplicated per (key, `_seq`) (a
+    its marker, at `__end_seq`), combined with the batch, de-duplicated per (key, `_lh_seq`) (a
     change of the batch wins over the one rebuilt from the target, so a replay brings back an
-    exact `_ts`), and those keys' versions are recomputed in `_seq` order. The MERGE on
+    exact `_lh_ts`), and those keys' versions are recomputed in `_lh_seq` order. The MERGE on
     (keys, `__start_seq`) updates versions that changed, inserts new ones and deletes those
     that are no longer part of the recomputed history. Exact replays change nothing, and
     batches applied in any order give the history of the in-order changes, with one
@@ -91,13 +91,13 @@ def apply_scd2(
     re-insert with equal tracked values, and the B or the delete arrived last), the version is
     split and the folded change at `__seq` reopens a version after the late change; but the
     folded change's own time was not kept, so that version's `__start_at` (and the late
-    change's version's `__end_at`) is the late change's `_ts` (a zero-length time interval for
+    change's version's `__end_at`) is the late change's `_lh_ts` (a zero-length time interval for
     the late version), the version before the late change carries the untracked values of the
     last fold, and intermediate folds between the late change and `__seq` are lost. Replaying
     the folded change later restores its exact time. With every column tracked only exact
     repeats of a row fold, so this needs a row's values to come back non-adjacently.
 
-    Changes with a null `_seq` cannot be ordered and are ignored; ops other than c, u, r and
+    Changes with a null `_lh_seq` cannot be ordered and are ignored; ops other than c, u, r and
     d are ignored (truncates go to `apply_truncate_scd2`)."""
     from delta.tables import DeltaTable
 
@@ -124,12 +124,12 @@ def apply_scd2(
         DeltaTable.forPath(spark, target_path)
         .alias("t")
         .merge(source.alias("s"), on)
-        .whenMatchedDelete(condition="s._delete")
+        .whenMatchedDelete(condition=f"s.{DELETE_VERSION}")
         .whenMatchedUpdate(
-            condition=f"NOT s._delete AND ({' OR '.join(differs(c) for c in updated)})",
+            condition=f"NOT s.{DELETE_VERSION} AND ({' OR '.join(differs(c) for c in updated)})",
             set={f"`{c}`": f"s.`{c}`" for c in updated},
         )
-        .whenNotMatchedInsert(condition="NOT s._delete", values=row)
+        .whenNotMatchedInsert(condition=f"NOT s.{DELETE_VERSION}", values=row)
         .execute()
     )
 

@@ -1,6 +1,6 @@
 """The SCD2 recomputation behind `lakehouse.silver.scd2.apply_scd2`: the batch's changes and
 the target versions of its keys, turned back into change events, folded into versions in
-`_seq` order (snapshot reads placed first, `lakehouse.silver.changes.snapshot_position`)."""
+`_lh_seq` order (snapshot reads placed first, `lakehouse.silver.changes.snapshot_position`)."""
 
 from __future__ import annotations
 
@@ -43,19 +43,19 @@ def has_map(dtype: DataType) -> bool:
 
 # Helper columns of the recomputation, per change event (a change of the batch, or one
 # rebuilt from a target version):
-_UP = "_up"  # an upsert (true) or a delete (false)
-_FOLD = "_fold"  # rebuilt from a version's last folded change (its time was not kept)
-# Settles two events at one (key, _seq): the batch's (0) over one rebuilt from the target: an
+_UP = "_lh_up"  # an upsert (true) or a delete (false)
+_FOLD = "_lh_fold"  # rebuilt from a version's last folded change (its time was not kept)
+# Settles two events at one (key, _lh_seq): the batch's (0) over one rebuilt from the target: an
 # opening or fold (1) over a rebuilt close (2), which only stands when no version opens there.
-_PRIO = "_prio"
-_ANCHOR = "_anchor"  # a target version starts at this event's _seq
-_ANCHORED = "_anchored"  # some event at this (key, _seq) is an anchor
-_START = "_start"  # this event opens a version
-_GROUP = "_grp"  # the running count of openings: the version an event belongs to
-_DELETE = "_delete"  # in the MERGE source: a target version to delete
-_SNAP = "_snap"  # a snapshot read (rebuilt: the current version's last change is one)
-# Arrival order: rebuilt events (0) before the batch's (1, by its `_arrival` when it has one).
-_ARRIVED = "_arrived"
+_PRIO = "_lh_prio"
+_ANCHOR = "_lh_anchor"  # a target version starts at this event's _lh_seq
+_ANCHORED = "_lh_anchored"  # some event at this (key, _lh_seq) is an anchor
+_START = "_lh_start"  # this event opens a version
+_GROUP = "_lh_grp"  # the running count of openings: the version an event belongs to
+DELETE_VERSION = "_lh_delete"  # in the MERGE source: a target version to delete
+_SNAP = "_lh_snap"  # a snapshot read (rebuilt: the current version's last change is one)
+# Arrival order: rebuilt events (0) before the batch's (1, by its `_lh_arrival` when it has one).
+_ARRIVED = "_lh_arrived"
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class _Shape:
     values: list[str]  # the non-key row columns
     tracked: list[str]  # the values whose change opens a version
     types: dict[str, DataType]
-    arrival_type: DataType  # of the batch's `_arrival` (long when it has none)
+    arrival_type: DataType  # of the batch's `_lh_arrival` (long when it has none)
 
     @property
     def key_cols(self) -> list[Column]:
@@ -91,8 +91,8 @@ def _shape(changes: DataFrame, keys: Sequence[str], track_columns: Sequence[str]
 def merge_source(
     target: DataFrame, changes: DataFrame, keys: Sequence[str], track_columns: Sequence[str]
 ) -> DataFrame:
-    """The recomputed versions of the batch's keys (`_delete` false) and the target versions
-    they no longer have (`_delete` true): see `apply_scd2`."""
+    """The recomputed versions of the batch's keys (`_lh_delete` false) and the target versions
+    they no longer have (`_lh_delete` true): see `apply_scd2`."""
     from pyspark.sql import functions as F
 
     shape = _shape(changes, keys, track_columns)
@@ -104,10 +104,10 @@ def merge_source(
     # Target rows starting where no recomputed version starts any more (or that a change
     # after their snapshot read moved, `_placed`): deleted.
     gone = events.where(F.col(_ANCHORED) & ~F.col(_START)).select(
-        *shape.key_cols, F.col(SEQ).alias(START_SEQ), F.lit(True).alias(_DELETE)
+        *shape.key_cols, F.col(SEQ).alias(START_SEQ), F.lit(True).alias(DELETE_VERSION)
     )
-    moved = placed.where(F.col("_moved_from").isNotNull()).select(
-        *shape.key_cols, F.col("_moved_from").alias(START_SEQ), F.lit(True).alias(_DELETE)
+    moved = placed.where(F.col("_lh_moved_from").isNotNull()).select(
+        *shape.key_cols, F.col("_lh_moved_from").alias(START_SEQ), F.lit(True).alias(DELETE_VERSION)
     )
     return _versions(shape, events).unionByName(gone.unionByName(moved), allowMissingColumns=True)
 
@@ -120,17 +120,17 @@ def _placed(shape: _Shape, events: DataFrame) -> DataFrame:
 
     arrived = F.col(_ARRIVED)
     batch = arrived.getField("tier") == 1
-    # Without `_arrival` the batch's own order is unknown: only the target's read moves.
+    # Without `_lh_arrival` the batch's own order is unknown: only the target's read moves.
     movable = F.col(_SNAP) & (~batch | arrived.getField("at").isNotNull())
     position = snapshot_position(shape.keys, movable, arrived, batch)
-    moved = F.col("_position") != F.col(SEQ)
+    moved = F.col("_lh_position") != F.col(SEQ)
     return (
         events.repartition(*shape.key_cols)
-        .withColumn("_position", position)
-        .withColumn("_moved_from", F.when(moved & F.col(_ANCHOR), F.col(SEQ)))
+        .withColumn("_lh_position", position)
+        .withColumn("_lh_moved_from", F.when(moved & F.col(_ANCHOR), F.col(SEQ)))
         .withColumn(_ANCHOR, F.col(_ANCHOR) & ~moved)
-        .withColumn(SEQ, F.col("_position"))
-        .drop("_position")
+        .withColumn(SEQ, F.col("_lh_position"))
+        .drop("_lh_position")
     )
 
 
@@ -168,9 +168,9 @@ def _events_of(shape: _Shape, frame: DataFrame, candidates: list[Column]) -> Dat
     from pyspark.sql import functions as F
 
     return (
-        frame.select(*shape.key_cols, F.explode(F.array(*candidates)).alias("_e"))
-        .where(F.col("_e").isNotNull())
-        .select(*shape.key_cols, *[F.col("_e").getField(c).alias(c) for c in shape.fields])
+        frame.select(*shape.key_cols, F.explode(F.array(*candidates)).alias("_lh_e"))
+        .where(F.col("_lh_e").isNotNull())
+        .select(*shape.key_cols, *[F.col("_lh_e").getField(c).alias(c) for c in shape.fields])
     )
 
 
@@ -232,7 +232,7 @@ def _arrived(tier: int, arrival: Column) -> Column:
 
 
 def _one_per_seq(shape: _Shape, events: DataFrame) -> DataFrame:
-    """One event per (key, _seq) of the events (partitioned by key)."""
+    """One event per (key, _lh_seq) of the events (partitioned by key)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -241,13 +241,13 @@ def _one_per_seq(shape: _Shape, events: DataFrame) -> DataFrame:
     rank = F.row_number().over(at_seq.orderBy(_PRIO, F.col(_UP).desc(), tie_break))
     return (
         events.withColumn(_ANCHORED, F.max(_ANCHOR).over(at_seq))
-        .withColumn("_rank", rank)
-        .where("_rank = 1")
+        .withColumn("_lh_rank", rank)
+        .where("_lh_rank = 1")
     )
 
 
 def _with_starts(shape: _Shape, events: DataFrame) -> DataFrame:
-    """Versions, in _seq order: an upsert opens one at the start, after a delete, or when its
+    """Versions, in _lh_seq order: an upsert opens one at the start, after a delete, or when its
     tracked columns differ from the change before it; a delete with nothing open is a marker.
     Adds `_start` and the version number `_grp`."""
     from pyspark.sql import Window
@@ -293,18 +293,19 @@ def _versions(shape: _Shape, events: DataFrame) -> DataFrame:
 
     values = [named(c) for c in shape.values]
     groups = events.groupBy(*shape.key_cols, _GROUP).agg(
-        F.min(F.struct(SEQ, TS)).alias("_first"),
-        # By `_seq` alone: a MAP value (an hstore) has no order, so a struct holding one has none.
+        F.min(F.struct(SEQ, TS)).alias("_lh_first"),
+        # By `_lh_seq` alone: a MAP value (an hstore) has no order, so a struct holding one
+        # has none.
         F.max_by(
-            F.struct(F.col(SEQ).alias("_s"), *values, _SNAP), F.when(F.col(_UP), F.col(SEQ))
-        ).alias("_last"),
-        F.max(F.when(~F.col(_UP), F.struct(SEQ, TS))).alias("_close"),
+            F.struct(F.col(SEQ).alias("_lh_s"), *values, _SNAP), F.when(F.col(_UP), F.col(SEQ))
+        ).alias("_lh_last"),
+        F.max(F.when(~F.col(_UP), F.struct(SEQ, TS))).alias("_lh_close"),
     )
     by_group = Window.partitionBy(*shape.key_cols).orderBy(_GROUP)
-    end = F.when(F.col("_close").isNotNull(), F.col("_close")).otherwise(
-        F.lead("_first").over(by_group)
+    end = F.when(F.col("_lh_close").isNotNull(), F.col("_lh_close")).otherwise(
+        F.lead("_lh_first").over(by_group)
     )
-    first, last = F.col("_first"), F.col("_last")
+    first, last = F.col("_lh_first"), F.col("_lh_last")
     return groups.select(
         *shape.key_cols,
         *[last.getField(c).alias(c) for c in shape.values],
@@ -312,8 +313,8 @@ def _versions(shape: _Shape, events: DataFrame) -> DataFrame:
         end.getField(SEQ).alias(END_SEQ),
         first.getField(TS).alias(START_AT),
         end.getField(TS).alias(END_AT),
-        F.coalesce(last.getField("_s"), first.getField(SEQ)).alias(TARGET_SEQ),
+        F.coalesce(last.getField("_lh_s"), first.getField(SEQ)).alias(TARGET_SEQ),
         # A closed version is no snapshot read any more (see `scd2_schema`).
         (F.coalesce(last.getField(_SNAP), F.lit(False)) & end.isNull()).alias(SNAPSHOT),
-        F.lit(False).alias(_DELETE),
+        F.lit(False).alias(DELETE_VERSION),
     )

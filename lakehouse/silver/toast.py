@@ -183,7 +183,7 @@ def resolve_unchanged_toast(
     rounds: int = 2,
 ) -> DataFrame:
     """Replace the placeholder in `columns` by the value the key had just before the change:
-    the latest earlier upsert of the batch (in `_seq` order, not across a delete of the key)
+    the latest earlier upsert of the batch (in `_lh_seq` order, not across a delete of the key)
     that carried a real value, else the key's row in `current` (silver's live rows) when it is
     older than the change; for the create of a primary-key update, the old key's value. Each
     round lets a resolved value feed the next link of a chain of key updates. A placeholder
@@ -226,7 +226,7 @@ def _fill(
     """One round. Every usable change (and silver's row, at its position) provides its values
     under its own key; every change with a placeholder asks under `_lh_lookup` (its own key,
     or the old key of a key update). A placeholder takes the last real value provided before
-    it in `_seq` order since the key's last delete; at one position, asking comes before a
+    it in `_lh_seq` order since the key's last delete; at one position, asking comes before a
     delete (a key update's create asks the old key its value at the delete)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F

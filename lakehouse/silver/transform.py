@@ -11,11 +11,12 @@ exception: it carries `_lh_error` and the built-in `parsable` rule sends it to q
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lakehouse.core.columns import named
+from lakehouse.core import tables
+from lakehouse.core.columns import WORKING, named
 from lakehouse.core.current import BOOKKEEPING
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.quality.expectations import (
@@ -32,7 +33,7 @@ from lakehouse.silver.changes import OP, SEQ, TS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
     from lakehouse.core.specs import SilverTableSettings
 
@@ -69,10 +70,12 @@ TRANSIENT = (
 
 def silvers_own(name: str) -> bool:
     """Whether `name` is, or may one day be, one of silver's own columns: `_rescued_data`, a
-    batch's transient `_lh_*`, a keyed table's bookkeeping `__*` (any case: see
-    `columns.case_collisions`). No record field becomes a column of such a name."""
+    working column (`_lh_*`: a batch's transients, a change's `_lh_op`/`_lh_seq`, ...), a keyed
+    table's bookkeeping `__*`, or one a read of Delta's Change Data Feed adds (which Delta
+    refuses in a table with the feed on), in any case (`columns.case_collisions`). No record
+    field becomes a column of such a name."""
     low = name.lower()
-    return low == RESCUED or low.startswith(("_lh_", BOOKKEEPING))
+    return low in (RESCUED, *tables.CDF_COLUMNS) or low.startswith((WORKING, BOOKKEEPING))
 
 
 # The built-in rule every table has: a record that did not parse goes to quarantine.
@@ -261,33 +264,48 @@ def explode_arrays(df: DataFrame, columns: Sequence[str]) -> DataFrame:
             raise UsageError(f"explode: {name!r} is not a column of the schema")
         others = [c for c in df.columns if c != name]
         df = df.select(
-            *[named(c) for c in others], F.posexplode_outer(named(name)).alias(f"{name}_pos", name)
+            *[named(c) for c in others],
+            F.posexplode_outer(named(name)).alias(position_column(name), name),
         )
     return df
+
+
+def position_column(array: str) -> str:
+    """The column holding an exploded element's position in its `array`."""
+    return f"{array}_pos"
 
 
 def flatten(df: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     """Nested structs become top-level columns named `parent_child` (recursively); columns
     in `keep` are left alone."""
-    from pyspark.sql.types import StructType
-
-    def columns(prefix: str, path: Column, kind: StructType) -> list[Column]:
-        out: list[Column] = []
-        for f in kind.fields:
-            name, child = f"{prefix}_{f.name}", path[f.name]
-            if isinstance(f.dataType, StructType):
-                out += columns(name, child, f.dataType)
-            else:
-                out.append(child.alias(name))
-        return out
+    from functools import reduce
 
     selected: list[Column] = []
     for f in df.schema.fields:
-        if isinstance(f.dataType, StructType) and f.name not in keep:
-            selected += columns(f.name, named(f.name), f.dataType)
-        else:
+        if f.name in keep:
             selected.append(named(f.name))
+            continue
+        for column, path in _leaves(f.name, f.dataType):
+            selected.append(reduce(lambda c, p: c[p], path, named(f.name)).alias(column))
     return df.select(*selected)
+
+
+def flat_names(field: StructField) -> list[str]:
+    """The columns `flatten` makes of `field`."""
+    return [column for column, _ in _leaves(field.name, field.dataType)]
+
+
+def _leaves(name: str, kind: DataType) -> Iterator[tuple[str, list[str]]]:
+    """Each column `flatten` makes of a field `name` of type `kind`: its name and the path of
+    field names to it."""
+    from pyspark.sql.types import StructType
+
+    if not isinstance(kind, StructType):
+        yield name, []
+        return
+    for f in kind.fields:
+        for column, path in _leaves(f"{name}_{f.name}", f.dataType):
+            yield column, [f.name, *path]
 
 
 def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSchema) -> DataFrame:

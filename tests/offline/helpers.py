@@ -16,6 +16,7 @@ from lakehouse.core import tables
 from lakehouse.core.settings import Settings
 from lakehouse.core.specs import OfflineTableSettings, SilverTableSettings, SourceSettings
 from lakehouse.offline import store
+from lakehouse.silver.changes import OP, SEQ
 from lakehouse.silver.plan import SILVER_PROPERTIES
 from lakehouse.silver.scd1 import apply_scd1, scd1_schema
 
@@ -23,7 +24,7 @@ ORDER_COLUMNS = (
     "order_id BIGINT, customer_id BIGINT, order_status STRING, amount DECIMAL(12,2), ts BIGINT, "
     "_rescued_data STRING"
 )
-CHANGES = f"{ORDER_COLUMNS}, _op STRING, _seq BIGINT"
+CHANGES = f"{ORDER_COLUMNS}, {OP} STRING, {SEQ} BIGINT"
 T0 = datetime(2026, 1, 1)
 H = timedelta(hours=1)
 # order_id, customer_id, order_status, amount, ts (epoch ms)

@@ -202,7 +202,7 @@ def test_more_rules_than_one_mask_holds(spark: SparkSession) -> None:
     ]
     rules[66] = Expectation("rule_66", "coalesce(order_id, 0) <> 2", "quarantine")
     evaluated = evaluate(orders(spark), rules)
-    assert mask_columns(70) == ["_failed_mask0", "_failed_mask1"]
+    assert mask_columns(70) == ["_lh_failed_mask0", "_lh_failed_mask1"]
     names = {r["order_id"]: r[FAILED] for r in with_failed_names(evaluated, rules).collect()}
     assert names == {
         1: ["rule_1", "rule_65"],

@@ -13,6 +13,7 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 from lakehouse.core import tables
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
+from lakehouse.silver.changes import ARRIVAL, OP, SEQ
 from lakehouse.silver.scd1 import apply_scd1, purge_tombstones, scd1_schema
 
 COLUMNS = StructType(
@@ -22,7 +23,7 @@ COLUMNS = StructType(
         StructField("city", StringType()),
     ]
 )
-CHANGES = "id long, name string, city string, _op string, _seq long"
+CHANGES = f"id long, name string, city string, {OP} string, {SEQ} long"
 Change = tuple[int, str | None, str | None, str, int]
 
 
@@ -81,7 +82,7 @@ def test_same_position_first_arrival_wins_wherever_batches_are_cut(
         (2, "alan a", "leeds", "u", 21, 5),
         (2, "alan b", "york", "u", 21, 6),
     ]
-    schema = f"{CHANGES}, _arrival long"
+    schema = f"{CHANGES}, {ARRIVAL} long"
     expected = spark.createDataFrame([(1, "first", "paris"), (2, "alan a", "leeds")], COLUMNS)
 
     # One batch, listed last-arrival first: `_arrival`, not the order rows come in, decides.
@@ -115,7 +116,7 @@ def test_key_filter_matches_keys_typed_unlike_the_target_nulls_and_negative_zero
     first = [(0.0, "eu", "a", "c", 1), (1.0, None, "b", "c", 2), (2.0, "us", "c", "c", 3)]
     second = [(-0.0, "eu", "A", "u", 4), (1.0, None, "B", "u", 5), (3.0, "us", "d", "c", 6)]
     for id_type, batch in (("double", first), ("float", second)):
-        ddl = f"id {id_type}, region string, name string, _op string, _seq long"
+        ddl = f"id {id_type}, region string, name string, {OP} string, {SEQ} long"
         apply_scd1(spark, path, spark.createDataFrame(batch, ddl), keys)
 
     last = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()[0]

@@ -1,4 +1,4 @@
-"""SCD2 CDC apply (and truncates) against real Delta MERGE: versions follow `_seq`, never
+"""SCD2 CDC apply (and truncates) against real Delta MERGE: versions follow `_lh_seq`, never
 arrival; replays and out-of-order batches end in the history of the in-order changes."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from lakehouse.core import tables
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
+from lakehouse.silver.changes import OP, SEQ, TS
 from lakehouse.silver.scd1 import apply_scd1, apply_truncate_scd1, scd1_schema
 from lakehouse.silver.scd2 import apply_scd2, apply_truncate_scd2, history_rows, scd2_schema
 
@@ -27,7 +28,7 @@ COLUMNS = StructType(
         StructField("city", StringType()),
     ]
 )
-CHANGES = "id long, name string, city string, _op string, _seq long, _ts timestamp"
+CHANGES = f"id long, name string, city string, {OP} string, {SEQ} long, {TS} timestamp"
 Change = tuple[int, str | None, str | None, str, int, datetime | None]
 # id, name, city, __start_seq, __end_seq, __start_at, __end_at, __seq
 Version = tuple[int, str | None, str | None, int, int | None, datetime | None, datetime | None, int]
@@ -185,7 +186,7 @@ def test_truncate_scd1_tombstones_rows_older_than_it(
 ) -> None:
     path = new_target(spark, settings, scd1_schema(COLUMNS))
 
-    def apply1(batch: list[Change]) -> None:  # with `_ts`, which SCD1 ignores
+    def apply1(batch: list[Change]) -> None:  # with `_lh_ts`, which SCD1 ignores
         apply_scd1(spark, path, spark.createDataFrame(batch, CHANGES), ["id"])
 
     apply1([c(1, "ada", "london", 10, "c"), c(2, "alan", "x", 11, "c"), d(2, 12)])
@@ -250,7 +251,7 @@ class Open:
 
 
 def model(events: list[Change], track: Sequence[str]) -> list[Version]:
-    """The SCD2 contract, applied to the changes in `_seq` order."""
+    """The SCD2 contract, applied to the changes in `_lh_seq` order."""
     out: list[Version] = []
     live: dict[int, Open] = {}
     for key, name, city, op, seq, ts in sorted(events, key=lambda e: e[4]):

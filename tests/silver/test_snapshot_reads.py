@@ -22,11 +22,12 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from lakehouse.core import tables
 from lakehouse.core.current import current_rows
 from lakehouse.core.settings import Settings
+from lakehouse.silver.changes import ARRIVAL, OP, SEQ
 from lakehouse.silver.scd1 import apply_scd1, scd1_schema
 from lakehouse.silver.scd2 import apply_scd2, history_rows, scd2_schema
 
 COLUMNS = StructType([StructField("id", LongType()), StructField("name", StringType())])
-CHANGES = "id long, name string, _op string, _seq long, _arrival long"
+CHANGES = f"id long, name string, {OP} string, {SEQ} long, {ARRIVAL} long"
 # id, name, op, position (the WAL position the change was written at), arrival
 Change = tuple[int, str | None, str, int, int]
 Apply = Callable[[SparkSession, str, DataFrame], None]
