@@ -25,7 +25,7 @@ from lakehouse.quality.expectations import (
     quarantined,
 )
 from lakehouse.quality.metrics import BatchCounts, metrics_rows
-from lakehouse.silver import nested, resolve, scd1, scd2, toast
+from lakehouse.silver import nested, resolve, scd1, scd2, shape, toast
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import ARRIVAL, OP, SEQ, SNAPSHOT_READ, TRUNCATE, TS
 from lakehouse.silver.plan import EVOLVED, Plan, row_columns
@@ -358,7 +358,7 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     if not kept:
         return False
     new_fields = kept
-    flat = silver.flatten(spark.createDataFrame([], StructType(new_fields)))
+    flat = shape.flatten(spark.createDataFrame([], StructType(new_fields)))
     columns = tables.missing_columns(spark, plan.path, flat.schema.fields)
     if columns:
         spark.sql(f"ALTER TABLE delta.`{plan.path}` ADD COLUMNS ({tables.columns_ddl(columns)})")
@@ -381,7 +381,7 @@ def _collisions(
     `meta: {a}` beside `meta_a`), or each other's, or silver's own (`silvers_own`). A table
     column of exactly a new column's name is no collision: an evolve that failed before its
     table property was set added it."""
-    flat = {f.name: silver.flat_names(f) for f in fields}
+    flat = {f.name: shape.flat_names(f) for f in fields}
     names = [n for columns in flat.values() for n in columns]
     existing = spark.read.format("delta").load(plan.path).columns
     taken = [*evaluated.columns, *(c for c in existing if c not in names)]

@@ -11,6 +11,7 @@ from lakehouse.bronze.transform import CDC_KEY, CDC_LSN, CDC_OP, CDC_SOURCE_TS_M
 from lakehouse.core import instants
 from lakehouse.silver import exact_digits
 from lakehouse.silver.changes import DELETE, OP, SEQ, TRUNCATE, TS, UPSERT_OPS
+from lakehouse.silver.shape import flatten
 from lakehouse.silver.transform import (
     CHECKED,
     ERROR,
@@ -20,7 +21,6 @@ from lakehouse.silver.transform import (
     TRANSIENT,
     VALUE_ERROR,
     ParsedSchema,
-    flatten,
     lineage,
     parse_records,
 )

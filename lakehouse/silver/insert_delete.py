@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.silver.changes import DELETE, OP, SEQ, TS
 from lakehouse.silver.exact_digits import Cut, present
+from lakehouse.silver.shape import flatten
 from lakehouse.silver.transform import (
     CHECKED,
     ERROR,
@@ -27,7 +28,6 @@ from lakehouse.silver.transform import (
     TRANSIENT,
     VALUE_ERROR,
     ParsedSchema,
-    flatten,
     lineage,
     parse_records,
 )

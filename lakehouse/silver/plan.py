@@ -22,7 +22,7 @@ from lakehouse.core.specs import SilverTableSettings
 from lakehouse.quality.expectations import Expectation, from_settings
 from lakehouse.quality.metrics import metrics_schema
 from lakehouse.quality.quarantine import quarantine_schema
-from lakehouse.silver import cdc, decode, scd1, scd2
+from lakehouse.silver import cdc, decode, scd1, scd2, shape
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import OP, SEQ, TS
 from lakehouse.silver.insert_delete import insert_delete_changes
@@ -262,9 +262,9 @@ def _flat_columns(struct: StructType, explode: Sequence[str]) -> list[str]:
     columns: list[str] = []
     for f in struct.fields:
         if f.name in explode and isinstance(f.dataType, ArrayType):
-            columns.append(silver.position_column(f.name))
+            columns.append(shape.position_column(f.name))
             f = StructField(f.name, f.dataType.elementType)
-        columns += silver.flat_names(f)
+        columns += shape.flat_names(f)
     return columns
 
 
