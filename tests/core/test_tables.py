@@ -50,3 +50,39 @@ def test_first_commit_of_finds_a_writers_first_commit_of_a_version_among_others(
         ("other", 5): 2,
         ("x", 0): None,
     }
+
+
+def test_properties_are_the_tables_own_as_last_committed_by_any_writer(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Jobs decide by them at start (protection, silver's evolved schema and contract): what
+    was committed last, by another client too, and only what the table was given (not Delta's
+    protocol, which `SHOW TBLPROPERTIES` lists among them)."""
+    path = str(tmp_path / "t")
+    evolved = "`note` STRING, `tags` ARRAY<STRING>, `amount, net` DECIMAL(12,2)"
+    given = {
+        "delta.appendOnly": "true",
+        "delta.enableChangeDataFeed": "true",
+        "lakehouse.evolved_schema": evolved,
+    }
+    tables.create_table(spark, path, SCHEMA, given)
+    # The test settings give every new table this default (conf/test/lakehouse.yml).
+    given["delta.checkpointInterval"] = "10"
+    assert tables.properties(spark, path) == given
+
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+        "('delta.appendOnly' = 'false', 'pipelines.reset.allowed' = 'true')"
+    )
+    assert tables.properties(spark, path) == {
+        **given,
+        "delta.appendOnly": "false",
+        "pipelines.reset.allowed": "true",
+    }
+    spark.sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('lakehouse.evolved_schema')")
+    assert tables.properties(spark, path) == {
+        "delta.appendOnly": "false",
+        "delta.enableChangeDataFeed": "true",
+        "delta.checkpointInterval": "10",
+        "pipelines.reset.allowed": "true",
+    }

@@ -139,8 +139,10 @@ def test_a_name_no_column_can_have_fails_at_start_and_an_evolved_one_stays_rescu
     backtick) fails before anything is written, naming the table's schema; arriving under
     `schema_drift: evolve`, such a field, at any depth, stays in `_rescued_data` while
     `new.field` becomes a column, in one batch and the next. So does an empty name (JSON
-    allows `""`; evolve made it a column with no name)."""
-    first = {"id": 1, "unit price": 2.5, "new.field": "x", "meta": {"a b": 1}}
+    allows `""`; evolve made it a column with no name), and the batch's other new fields still
+    get the types their values have (`qty` a number, `paid` a boolean)."""
+    first = {"id": 1, "unit price": 2.5, "new.field": "x", "meta": {"a b": 1}, "qty": 3}
+    first |= {"paid": True}
     events: list[object] = [{**first, "": 0}]
     source, topic, _, settings = events_pipeline(
         spark, kafka_up, events, mode="append", schema="id INT"
@@ -159,18 +161,19 @@ def test_a_name_no_column_can_have_fails_at_start_and_an_evolved_one_stays_rescu
         settings, source, mode="append", schema="id INT", schema_drift="evolve"
     )
     run_refine(spark, settings, name)
-    second = {"id": 2, "unit price": 3.5, "new.field": "y", "meta": {"a b": 2}, "": 9}
+    second = {"id": 2, "unit price": 3.5, "new.field": "y", "meta": {"a b": 2}, "": 9, "qty": 4}
     produce(settings, topic, [second])
     run_ingest(spark, settings, source)
     run_refine(spark, settings, name)
     expected = spark.createDataFrame(
         [
-            (1, '{"unit price":"2.5","meta":"{\\"a b\\":1}","":"0"}', "x"),
-            (2, '{"unit price":"3.5","meta":"{\\"a b\\":2}","":"9"}', "y"),
+            (1, '{"unit price":"2.5","meta":"{\\"a b\\":1}","":"0"}', "x", 3, True),
+            (2, '{"unit price":"3.5","meta":"{\\"a b\\":2}","":"9"}', "y", 4, None),
         ],
-        "id INT, _rescued_data STRING, `new.field` STRING",
+        "id INT, _rescued_data STRING, `new.field` STRING, qty BIGINT, paid BOOLEAN",
     )
-    actual = silver_table(spark, settings, name).select("id", "_rescued_data", "`new.field`")
+    columns = ("id", "_rescued_data", "`new.field`", "qty", "paid")
+    actual = silver_table(spark, settings, name).select(*columns)
     assert_df_equality(actual.orderBy("id"), expected, ignore_nullable=True)
 
 
