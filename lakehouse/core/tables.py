@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import fs
+from lakehouse.core.columns import sql_string
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 
@@ -131,8 +132,9 @@ def properties(spark: SparkSession, path: str) -> dict[str, str]:
 
 
 def set_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> int:
-    """Set table properties; returns the version of that commit."""
-    assignments = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+    """Set table properties (any text: each is a SQL string literal, escaped); returns the
+    version of that commit."""
+    assignments = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in props.items())
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({assignments})")
     return latest_version(spark, path)
 

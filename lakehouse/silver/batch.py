@@ -337,14 +337,12 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     inferred = spark.read.json(texts.rdd.map(lambda r: str(r[0])))
     types = {f.name: f for f in inferred.schema.fields}
     new_fields = [types.get(n, StructField(n, StringType())) for n in sorted(unknown)]
-    # The evolved DDL is kept in a table property, a quoted SQL string: no quote in it either.
     colliding = set(_collisions(spark, plan, evaluated, new_fields))
     kept = [
         f
         for f in new_fields
         if not unnameable_fields(StructType([f]))
         and not case_colliding_fields(StructType([f]))
-        and "'" not in tables.columns_ddl([f])
         and f.name not in colliding
     ]
     if len(kept) < len(new_fields):
@@ -365,7 +363,7 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     declared = set(silver.parse_schema(plan.table.schema).names)
     evolved = [f for f in plan.schema.struct.fields if f.name not in declared] + new_fields
     ddl = tables.columns_ddl(evolved)
-    spark.sql(f"ALTER TABLE delta.`{plan.path}` SET TBLPROPERTIES ('{EVOLVED}' = '{ddl}')")
+    tables.set_properties(spark, plan.path, {EVOLVED: ddl})
     log.warning("silver.%s: schema evolved, added %s", plan.name, [f.name for f in new_fields])
     plan.schema = silver.parse_schema(
         plan.table.schema, ddl, plan.schema.encodings, plan.schema.nested_encodings
