@@ -20,6 +20,21 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def type_ddl(dtype: DataType) -> str:
+    """`dtype` as Spark SQL DDL with every field name quoted, at any depth: `simpleString`
+    leaves nested names bare, and `struct<content-type:string>` does not parse."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(dtype, StructType):
+        fields = ", ".join(f"{quoted(f.name)}: {type_ddl(f.dataType)}" for f in dtype.fields)
+        return f"struct<{fields}>"
+    if isinstance(dtype, ArrayType):
+        return f"array<{type_ddl(dtype.elementType)}>"
+    if isinstance(dtype, MapType):
+        return f"map<{type_ddl(dtype.keyType)}, {type_ddl(dtype.valueType)}>"
+    return dtype.simpleString()
+
+
 def sql_string(text: str) -> str:
     """`text` as a Spark SQL string literal (backslash escapes are on by default, so a
     backslash is doubled as well as the quote)."""

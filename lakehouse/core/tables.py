@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import fs
-from lakehouse.core.columns import sql_string
+from lakehouse.core.columns import quoted, sql_string, type_ddl
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 
@@ -108,7 +108,7 @@ def missing_columns(
 
 def columns_ddl(fields: Sequence[StructField]) -> str:
     """`fields` as the column list of ALTER TABLE ... ADD COLUMNS (names quoted)."""
-    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
+    return ", ".join(f"{quoted(f.name)} {type_ddl(f.dataType)}" for f in fields)
 
 
 def require_columns(spark: SparkSession, path: str, schema: StructType) -> None:

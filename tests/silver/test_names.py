@@ -217,43 +217,6 @@ def test_an_evolved_field_named_like_a_column_but_for_case_stays_rescued(
     assert_df_equality(actual.select(*columns).orderBy("id"), expected, ignore_nullable=True)
 
 
-def test_evolved_fields_named_with_a_backslash_or_a_quote_become_columns_of_those_names(
-    spark: SparkSession, kafka_up: Settings
-) -> None:
-    """Windows paths, regular expressions and prose name fields too (`C:\\tmp`, `a\\d`,
-    `it's`). Evolve keeps the added fields' DDL in a table property, written as a SQL string
-    where a backslash starts an escape: the stored names lost theirs (`a\\d` became `ad`,
-    `C:\\tmp` a tab), the batch failed on Delta's schema mismatch, and so did every batch
-    after it. A quote kept its field in `_rescued_data`."""
-    first = {"id": 1, "C:\\tmp": "x", "a\\d": 1, "it's": True}
-    source, topic, _, settings = events_pipeline(
-        spark, kafka_up, [first], mode="append", schema="id INT"
-    )
-    name, settings = with_silver(
-        settings, source, mode="append", schema="id INT", schema_drift="evolve"
-    )
-    run_refine(spark, settings, name)
-    produce(settings, topic, [{"id": 2, "C:\\tmp": "y", "a\\d": 2, "it's": False}])
-    run_ingest(spark, settings, source)
-    run_refine(spark, settings, name)
-    expected = spark.createDataFrame(
-        [(1, None, "x", 1, True), (2, None, "y", 2, False)],
-        "id INT, _rescued_data STRING, `C:\\tmp` STRING, `a\\d` BIGINT, `it's` BOOLEAN",
-    )
-    columns = ("id", "_rescued_data", "`C:\\tmp`", "`a\\d`", "`it's`")
-    actual = silver_table(spark, settings, name).select(*columns)
-    assert_df_equality(actual.orderBy("id"), expected, ignore_nullable=True)
-
-    # Declared: keyed by `it's`, ordered by `a\d` (the MERGE's SQL names both).
-    declared_schema = "id INT, `C:\\tmp` STRING, `a\\d` BIGINT, `it's` BOOLEAN"
-    name, settings = with_silver(
-        settings, source, mode="upsert", keys=("it's",), sequence_by="a\\d", schema=declared_schema
-    )
-    run_refine(spark, settings, name)
-    actual = silver_table(spark, settings, name).select(*columns)
-    assert_df_equality(actual.orderBy("id"), expected, ignore_nullable=True)
-
-
 def test_declared_names_equal_but_for_case_or_named_like_silvers_own_fail_at_start(
     spark: SparkSession, kafka_up: Settings
 ) -> None:
