@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import fs
-from lakehouse.core.columns import named
+from lakehouse.core.columns import named, type_ddl
 from lakehouse.core.config import SettingsError
 from lakehouse.core.errors import ContractViolation, UsageError
 from lakehouse.core.specs import OfflineTableSettings, SilverTableSettings
@@ -186,7 +186,7 @@ def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column
             # A field the struct does not declare would be dropped: the value does not fit.
             return F.when(~nested.has_extra(pair), nested.value_of(pair))
         if isinstance(kind, StructType | ArrayType | MapType):
-            return F.from_json(column, kind.simpleString())
+            return F.from_json(column, type_ddl(kind))
         if isinstance(kind, BinaryType):
             return F.try_to_binary(column, F.lit("base64"))
         decoded = decode.decode(column, kind, encoding)

@@ -28,6 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from lakehouse.core import current, fs, tables
+from lakehouse.core.columns import type_ddl
 from lakehouse.core.errors import verdict
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import OfflineTableSettings
@@ -164,7 +165,7 @@ def _columns(schema: StructType, present: set[str]) -> str:
     return ", ".join(
         f"`{f.name}`"
         if f.name in present
-        else f"CAST(NULL AS {f.dataType.simpleString()}) AS `{f.name}`"
+        else f"CAST(NULL AS {type_ddl(f.dataType)}) AS `{f.name}`"
         for f in schema.fields
     )
 
