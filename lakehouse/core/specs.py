@@ -179,6 +179,13 @@ class SourceSettings:
                 f"resolves only Debezium's default {TOAST_PLACEHOLDER!r} (an unchanged large "
                 "value would be stored as another text): remove the key"
             )
+        binary = connector.config.get("binary.handling.mode", "bytes")
+        if binary not in ("bytes", "base64"):
+            raise ValueError(
+                f"'connector.config.binary.handling.mode' {binary!r}: silver reads a bytea as "
+                "base64 text (the default `bytes`, or `base64`), and hex text can be valid "
+                "base64 of other bytes: remove the key"
+            )
         for key, own in _SOURCE_OWNED.items():
             if key in connector.config and connector.config[key] != getattr(self, own):
                 raise ValueError(

@@ -25,11 +25,12 @@ instead, by its declared type and encoding:
                a time of day (PostgreSQL `time`: Debezium's Time, MicroTime, NanoTime) from
                an integer count since midnight, as `HH:MM:SS[.ffffff]` (ISO text is kept)
 
-Structs, arrays and maps decode leaf by leaf by these same rules (`lakehouse.silver.nested`);
-binary keeps Spark's JSON reading (base64, as Debezium sends bytea), as does a nested value
-with a leaf of such a type. A value that does not decode is NULL here and its column is
-named in `_lh_mistyped`; events rescue it (`_rescued_data`), CDC changes go to quarantine (see
-`transform`).
+Structs, arrays and maps decode leaf by leaf by these same rules (`lakehouse.silver.nested`).
+A top-level binary keeps Spark's JSON reading (padded base64 in a JSON string, as Debezium
+sends bytea); a nested one is read the same way (`base64_bytes`). A nested value with a leaf
+of another type without a decoder here (an interval) keeps Spark's reading. A value that
+does not decode is NULL here and its column is named in `_lh_mistyped`; events rescue it
+(`_rescued_data`), CDC changes go to quarantine (see `transform`).
 
 Defaults: events read timestamps and dates as ISO and decimals as text; a CDC source follows
 its Debezium connector's modes (`decimal_handling_mode`, `time_precision_mode` on the source):
@@ -60,6 +61,8 @@ _INTEGER = r"^[+-]?\d+$"
 _PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)$"
 _EXPONENT_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$"
 _MANTISSA = r"^[+-]?(\d*)\.?(\d*)[eE]"
+# Base64 as RFC 4648 writes it (Java's encoder, Debezium's bytea): padded, no line breaks.
+_BASE64 = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _NUMBER = r"(?i)^\s*[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)\s*$"
 # Epoch seconds: the sign and digits down to the microsecond, and the digits below it.
 _TO_MICROS = r"^([+-]?\d*\.?\d{0,6})(\d*)$"
@@ -150,6 +153,14 @@ def default_encodings(
         if kind in by_kind:
             out[f.name] = by_kind[kind]
     return out
+
+
+def base64_bytes(text: Column) -> Column:
+    """The bytes `text` holds as padded base64; null for any other text (Spark's own decoder
+    takes unpadded text and skips spaces)."""
+    from pyspark.sql import functions as F
+
+    return F.when(text.rlike(_BASE64), F.try_to_binary(text, F.lit("base64")))
 
 
 def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | None:
@@ -340,12 +351,19 @@ def decoded_columns(
     """Each top-level field decoded, aliased to its name; its text from `raw`, or from
     `texts` where given (the exact digits of a JSON number); a `nested` column's value as
     given (`lakehouse.silver.nested`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
     values = []
     for f in struct.fields:
         text = (texts or {}).get(f.name, raw[f.name])
         value = (nested or {}).get(f.name)
         if value is None:
             value = decode(text, f.dataType, encodings.get(f.name, ""))
+        if value is None and isinstance(f.dataType, BinaryType):
+            # Spark's reading takes only a JSON string; it also joins `aGk=aGk=` and skips
+            # line breaks: padded base64 only, as a nested leaf (`base64_bytes`).
+            value = F.when(text.rlike(_BASE64), parsed[f.name])
         values.append((parsed[f.name] if value is None else value).alias(f.name))
     return values
 

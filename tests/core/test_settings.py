@@ -310,6 +310,13 @@ def test_a_cdc_source_declares_its_connector_and_the_connector_gets_its_modes(
             r"'connector.config.unavailable.value.placeholder' 'N/A': silver resolves only "
             "Debezium's default",
         ),
+        (
+            (
+                "tables: [public.customers]",
+                "tables: [public.customers]\n      config: {binary.handling.mode: hex}",
+            ),
+            r"'connector.config.binary.handling.mode' 'hex': silver reads a bytea as base64",
+        ),
     ],
 )
 def test_a_connector_that_would_not_feed_its_source_is_refused_at_load(
