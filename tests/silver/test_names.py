@@ -259,6 +259,8 @@ def test_declared_names_equal_but_for_case_or_named_like_silvers_own_fail_at_sta
 # `_rank`, the failed rules, an SCD2 history's `_up`/`_start`/`_s`/...): all of them columns.
 WORKING = "_op STRING, _seq STRING, _arrival STRING, _rank INT, _failed_expectations STRING"
 HISTORY = "_up STRING, _start STRING, _delete STRING, _snap STRING, _s STRING, _e STRING"
+# The aliases silver's MERGE statements give the target, the changes and the keys.
+ALIASES = "t STRING, s STRING, k STRING"
 
 
 def test_record_fields_named_like_silvers_working_columns_are_kept_as_sent(
@@ -310,10 +312,11 @@ def test_record_fields_named_like_silvers_working_columns_are_kept_as_sent(
 def test_cdc_columns_named_like_silvers_working_columns_are_kept_as_sent(
     spark: SparkSession, kafka_up: Settings
 ) -> None:
-    """A PostgreSQL table may name a column `_op`, `_seq`, `_start`, ...: SCD1 and SCD2
-    tables of it keep each column's values through creates, an update and a delete."""
+    """A PostgreSQL table may name a column `_op`, `_seq`, `_start`, ..., or `t`, `s` and `k`
+    (the MERGE's aliases): SCD1 and SCD2 tables of it keep each column's values through
+    creates, an update and a delete."""
     source, topic, settings = new_source(kafka_up, kind="cdc")
-    schema = f"id INT, _ts STRING, {WORKING}, {HISTORY}"
+    schema = f"id INT, _ts STRING, {WORKING}, {HISTORY}, {ALIASES}"
     names = [c.split()[0] for c in schema.split(", ")]
     scd1, settings = with_silver(settings, source, mode="scd1", schema=schema, keys=("id",))
     scd2, settings = with_silver(settings, source, mode="scd2", schema=schema, keys=("id",))
