@@ -183,8 +183,7 @@ class SourceSettings:
         if binary not in ("bytes", "base64"):
             raise ValueError(
                 f"'connector.config.binary.handling.mode' {binary!r}: silver reads a bytea as "
-                "base64 text (the default `bytes`, or `base64`), and hex text can be valid "
-                "base64 of other bytes: remove the key"
+                "base64 (hex text can be valid base64 of other bytes): remove the key"
             )
         for key, own in _SOURCE_OWNED.items():
             if key in connector.config and connector.config[key] != getattr(self, own):

@@ -27,7 +27,7 @@ instead, by its declared type and encoding:
 
 Structs, arrays and maps decode leaf by leaf by these same rules (`lakehouse.silver.nested`).
 A top-level binary keeps Spark's JSON reading (padded base64 in a JSON string, as Debezium
-sends bytea); a nested one is read the same way (`base64_bytes`). A nested value with a leaf
+sends bytea); a nested one is read the same way (`precise.base64_bytes`). A nested value with a leaf
 of another type without a decoder here (an interval) keeps Spark's reading. A value that
 does not decode is NULL here and its column is named in `_lh_mistyped`; events rescue it
 (`_rescued_data`), CDC changes go to quarantine (see `transform`).
@@ -61,8 +61,6 @@ _INTEGER = r"^[+-]?\d+$"
 _PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)$"
 _EXPONENT_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$"
 _MANTISSA = r"^[+-]?(\d*)\.?(\d*)[eE]"
-# Base64 as RFC 4648 writes it (Java's encoder, Debezium's bytea): padded, no line breaks.
-_BASE64 = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _NUMBER = r"(?i)^\s*[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)\s*$"
 # Epoch seconds: the sign and digits down to the microsecond, and the digits below it.
 _TO_MICROS = r"^([+-]?\d*\.?\d{0,6})(\d*)$"
@@ -153,14 +151,6 @@ def default_encodings(
         if kind in by_kind:
             out[f.name] = by_kind[kind]
     return out
-
-
-def base64_bytes(text: Column) -> Column:
-    """The bytes `text` holds as padded base64; null for any other text (Spark's own decoder
-    takes unpadded text and skips spaces)."""
-    from pyspark.sql import functions as F
-
-    return F.when(text.rlike(_BASE64), F.try_to_binary(text, F.lit("base64")))
 
 
 def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | None:
@@ -361,9 +351,8 @@ def decoded_columns(
         if value is None:
             value = decode(text, f.dataType, encodings.get(f.name, ""))
         if value is None and isinstance(f.dataType, BinaryType):
-            # Spark's reading takes only a JSON string; it also joins `aGk=aGk=` and skips
-            # line breaks: padded base64 only, as a nested leaf (`base64_bytes`).
-            value = F.when(text.rlike(_BASE64), parsed[f.name])
+            # Spark's reading takes only a JSON string, but joins `aGk=aGk=`: padded only.
+            value = F.when(precise.is_base64(text), parsed[f.name])
         values.append((parsed[f.name] if value is None else value).alias(f.name))
     return values
 

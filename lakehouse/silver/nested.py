@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakehouse.silver import decode
+from lakehouse.silver import decode, precise
 from lakehouse.silver.exact_digits import variant_path
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def _leaf(v: Column, data_type: DataType, enc: Mapping[str, str]) -> Column:
     if isinstance(data_type, BinaryType):
         # Base64 in a JSON string, padded, as Spark's reading takes a top-level BINARY (and
         # Debezium sends a bytea[]'s elements): a number's digits are not bytes.
-        return F.when(variant_kind == "STRING", decode.base64_bytes(text))
+        return F.when(variant_kind == "STRING", precise.base64_bytes(text))
     composite = variant_kind.startswith("OBJECT") | variant_kind.startswith("ARRAY")
     # A VARIANT double: a number in exponent form or of more than 38 digits, its digits lost
     # (a string would hold `100.0` for 1e2, `Infinity` for 1e400).

@@ -1,6 +1,7 @@
 """Debezium's precise decimals (`decimal.handling.mode=precise`): the base64 of an unscaled
 value's big-endian two's complement bytes -> its decimal text, and `let`, the binding these
-nested expressions need to stay small. `lakehouse.silver.decode` decodes the text."""
+nested expressions need to stay small. `lakehouse.silver.decode` decodes the text. Also a
+bytea's base64 (`base64_bytes`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,23 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+
+
+# Base64 as RFC 4648 writes it (Java's encoder, Debezium's bytea): padded, no line breaks.
+_BASE64 = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
+def is_base64(text: Column) -> Column:
+    """Whether `text` is padded base64 (Spark's own decoder also takes unpadded text and
+    skips spaces)."""
+    return text.rlike(_BASE64)
+
+
+def base64_bytes(text: Column) -> Column:
+    """The bytes `text` holds as padded base64; null for any other text."""
+    from pyspark.sql import functions as F
+
+    return F.when(is_base64(text), F.try_to_binary(text, F.lit("base64")))
 
 
 def let(value: Column, body: Callable[[Column], Column]) -> Column:
