@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.bronze.transform import CDC_KEY, CDC_LSN, CDC_OP, CDC_SOURCE_TS_MS, TOMBSTONE
 from lakehouse.core import instants
-from lakehouse.silver import exact_digits
+from lakehouse.silver import connect_schema, exact_digits
 from lakehouse.silver.changes import DELETE, OP, SEQ, TRUNCATE, TS, UPSERT_OPS
 from lakehouse.silver.shape import flatten
 from lakehouse.silver.transform import (
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from lakehouse.core.specs import SilverTableSettings
+
+
+_SENT = "_lh_sent"  # the row image's Connect schema (`connect_schema.image_fields`)
 
 
 def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSchema) -> DataFrame:
@@ -108,10 +111,17 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
         )
 
     whole = F.when(tombstone, F.col(RAW_KEY)).otherwise(F.col(RAW_VALUE)).cast("string")
+    # What the record's schema (if it carries one) says each decoded column was sent as.
+    checked = connect_schema.checked(schema.struct, schema.encodings)
+    if checked:
+        sent = connect_schema.image_fields(whole, tombstone | flattened)
+        with_image = with_image.withColumn(_SENT, sent)
     cut = exact_digits.Cut(whole, image_in)
     changes = parse_records(
         with_image, F.col("_lh_image"), schema, error, "__", strict=True, cut=cut
     ).drop("_lh_image", CDC_KEY)
+    if checked:
+        changes = connect_schema.contradicted(changes, checked, F.col(_SENT)).drop(_SENT)
     # A truncate has no image: not an error, and not checked against row rules.
     changes = changes.withColumn(
         ERROR, F.when(op == TRUNCATE, F.lit(None).cast("string")).otherwise(F.col(ERROR))

@@ -21,7 +21,7 @@ from lakehouse.core.current import is_bookkeeping
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.quality.expectations import check_fail_rules, failed_names, kept
 from lakehouse.quality.quarantine import QUARANTINED, replay_status
-from lakehouse.silver import toast
+from lakehouse.silver import connect_schema, toast
 from lakehouse.silver import transform as silver
 from lakehouse.silver.batch import batch_stats, write_silver
 from lakehouse.silver.changes import OP, SEQ, TS, UPSERT_OPS
@@ -201,23 +201,35 @@ def _as_records(pending: DataFrame, row: StructType, kind: str) -> DataFrame:
 
 def _blocked(records: DataFrame, row: StructType) -> DataFrame:
     """After the fixes: a change quarantined as `undecodable: a, b` stays quarantined while a
-    listed column is still NULL, one quarantined for an unchanged-TOAST placeholder while a
-    column still holds the placeholder (until an operator writes the real values in)."""
+    listed column is still NULL, as does one quarantined as `schema_mismatch: a (...)`, one
+    quarantined for an unchanged-TOAST placeholder while a column still holds the placeholder
+    (until an operator writes the real values in)."""
     from pyspark.sql import functions as F
 
     error = F.col(_PARSE_ERROR)
-    listed = F.split(F.regexp_extract(error, r"^undecodable: (.*)$", 1), ", ")
+    listed = F.split(F.regexp_extract(error, f"^{silver.UNDECODABLE}(.*)$", 1), ", ")
     missing = [F.array_contains(listed, f.name) & named(f.name).isNull() for f in row.fields]
     placeholders = [
         toast.is_placeholder(named(f.name), f.dataType)
         for f in row.fields
         if toast.takes_placeholder(f.dataType)
     ]
+    # A column the record's schema contradicted was stored NULL in `record`: it is listed as
+    # `name (what was sent, read as ...)`.
+    mismatched = [
+        (error.contains(f": {f.name} (") | error.contains(f", {f.name} (")) & named(f.name).isNull()
+        for f in row.fields
+    ]
     still = (
-        error.startswith("undecodable: ") & reduce(lambda a, b: a | b, missing, F.lit(False))
-    ) | (
-        error.startswith("unresolved_toast")
-        & reduce(lambda a, b: a | b, placeholders, F.lit(False))
+        (error.startswith(silver.UNDECODABLE) & reduce(lambda a, b: a | b, missing, F.lit(False)))
+        | (
+            error.startswith(connect_schema.PREFIX)
+            & reduce(lambda a, b: a | b, mismatched, F.lit(False))
+        )
+        | (
+            error.startswith("unresolved_toast")
+            & reduce(lambda a, b: a | b, placeholders, F.lit(False))
+        )
     )
     blocked = F.coalesce(F.col(silver.ERROR), F.when(still, error))
     return records.withColumn(silver.ERROR, blocked).drop(_PARSE_ERROR)

@@ -47,6 +47,7 @@ RAW_KEY, RAW_VALUE, VALUE_ERROR = "_lh_key", "_lh_value", "_lh_value_error"
 ERROR = "_lh_error"  # why the record could not be parsed (null when it parsed)
 UNKNOWN = "_lh_unknown"  # names of top-level fields the schema does not declare
 MISTYPED = "_lh_mistyped"  # names of declared top-level fields whose value did not decode
+UNDECODABLE = "undecodable: "  # a CDC change's error: the columns that did not decode follow
 # Names of nested columns whose value holds a field its struct does not declare (kept whole).
 UNDECLARED = "_lh_undeclared"
 CHECKED = "_lh_checked"  # whether user expectations apply (not for deletes/unparsable rows)
@@ -238,7 +239,7 @@ def parse_records(
     rescued = F.when(F.size(bad_names) > 0, F.to_json(in_map))
     undecodable = F.when(
         F.lit(strict) & (F.size(MISTYPED) > 0),
-        F.concat(F.lit("undecodable: "), F.array_join(MISTYPED, ", ")),
+        F.concat(F.lit(UNDECODABLE), F.array_join(MISTYPED, ", ")),
     )
     return decoded.select(
         *[c for c in df.columns],
