@@ -43,10 +43,12 @@ def let(value: Column, body: Callable[[Column], Column]) -> Column:
 
 def unscaled_text(b64: Column, scale: Column) -> Column:
     """Debezium precise decimal: base64 of the unscaled value's big-endian two's complement
-    bytes -> its decimal text at `scale` (null when not base64 or over 38 digits)."""
+    bytes -> its decimal text at `scale` (null when not padded base64 or over 38 digits)."""
     from pyspark.sql import functions as F
 
-    hexed = F.hex(F.try_to_binary(b64, F.lit("base64")))
+    # Padded only, as Debezium sends it: Spark's decoder also takes `99` (string mode's
+    # digits) and would read -0.09 out of it.
+    hexed = F.hex(base64_bytes(b64))
     return let(
         F.struct(hexed.alias("hex"), scale.alias("scale")),
         lambda d: _hex_text(d["hex"], d["scale"]),

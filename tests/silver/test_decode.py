@@ -119,6 +119,12 @@ def test_debezium_precise_decimals_decode_from_their_unscaled_bytes(spark: Spark
             (variable, Decimal("123.45")),  # scale 3, 123.450: its last digit is a zero
             (json.dumps({"scale": 4, "value": b64(123451)}), None),  # 12.3451: not rounded
             ("not base64!", None),
+            # Debezium sends padded base64: text Spark's decoder would also take (unpadded,
+            # spaced) is a string-mode number, not these bytes ("99" would read as -0.09).
+            ("99", None),
+            ("AQ", None),
+            ("A Q==", None),
+            (" AQ==", Decimal("0.01")),  # the field's text is trimmed
         ],
     )
     big = 12345678901234567890123456789012345678
