@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.connectors.debezium import postgres_connector_config, put_connector
 from lakehouse.connectors.scales import check_decimal_scales
+from lakehouse.connectors.units import check_time_units
 from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -46,5 +47,6 @@ def apply_source(settings: Settings, source_name: str) -> str:
     """Create or update the connector of `source_name` and wait until it runs; its name."""
     name, config = connector_config(settings, source_name, settings.sources[source_name])
     check_decimal_scales(settings, source_name)  # before a row streams
+    check_time_units(settings, source_name)
     put_connector(settings, name, config)
     return name

@@ -14,6 +14,7 @@ import pytest
 from lakehouse.connectors.debezium import delete_connector
 from lakehouse.connectors.rest import connector_url, http
 from lakehouse.connectors.scales import check_decimal_scales, declared_decimals
+from lakehouse.connectors.units import check_time_units
 from lakehouse.core import kafka
 from lakehouse.core.errors import EXIT_FAILED, EXIT_USAGE, ServiceUnreachable, UsageError
 from lakehouse.core.settings import Settings, load_settings
@@ -186,6 +187,104 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
         down = replace(settings, postgres=replace(settings.postgres, port=9))
         with pytest.raises(ServiceUnreachable, match=r"PostgreSQL at 127.0.0.1:9 \(postgres:\)"):
             check_decimal_scales(down, source)
+    finally:
+        delete_connector(kafka_up, name, slot_name=f"dbz_conn_{table}")  # had it been applied
+        with pg_connect(kafka_up) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+
+
+def test_a_timestamp_or_time_read_in_another_unit_than_the_connector_sends_is_refused(
+    kafka_up: Settings, tmp_path: Path
+) -> None:
+    """Adaptive mode sends a timestamp(3) in milliseconds: read as the default microseconds,
+    every value would be a day in January 1970. `connectors apply` refuses it, naming the
+    encoding to declare, and creates no connector; read in the unit sent, for each mode,
+    nothing is refused (`timestamptz` is ISO text, read by any encoding)."""
+    table = f"t_{uuid.uuid4().hex[:8]}"
+    source, prefix, name = f"cdc_{table}", f"p{table[-8:]}", f"conn-{table}"
+    connector = {"name": name, "topic_prefix": prefix, "tables": [f"public.{table}"]}
+
+    def declare(encodings: dict[str, str], mode: str = "adaptive") -> dict[str, object]:
+        return {
+            "sources": {
+                source: {
+                    "kind": "cdc",
+                    "topics": [f"{prefix}.public.{table}"],
+                    "time_precision_mode": mode,
+                    "connector": connector,
+                }
+            },
+            "silver": {
+                f"s_{table}": {
+                    "source": source,
+                    "mode": "scd1",
+                    "keys": ["id"],
+                    "schema": "id INT, at3 TIMESTAMP, at6 TIMESTAMP, at0 TIMESTAMP, "
+                    "clock3 STRING, clock STRING, zoned TIMESTAMP",
+                    "encodings": encodings,
+                }
+            },
+        }
+
+    def settings_of(path: str, encodings: dict[str, str], mode: str = "adaptive") -> Settings:
+        return load_settings("test", conf_overlay(tmp_path / path, declare(encodings, mode)))
+
+    with pg_connect(kafka_up) as conn:
+        conn.execute(
+            f"CREATE TABLE public.{table} (id int PRIMARY KEY, at3 timestamp(3), "
+            "at6 timestamp, at0 timestamp(0), clock3 time(3), clock time, zoned timestamptz)"
+        )
+    try:
+        refused = run_cli(
+            ["connectors", "apply", source],
+            overlay_env(kafka_up, conf_overlay(tmp_path / "a", declare({}))),
+        )
+        assert refused.returncode == EXIT_USAGE, refused.stderr[-3000:]
+        assert last_line(refused).endswith(
+            f"silver.s_{table}: at3 is read as epoch_us but public.{table}.at3 is "
+            "timestamp(3), which the connector sends in ms (time_precision_mode: adaptive): "
+            "every value would be read in the wrong unit. Declare encodings: {at3: epoch_ms}"
+        )
+        assert http("GET", connector_url(kafka_up, name))[0] == 404
+
+        def refusal(column: str, reads: str, pg: str, unit: str, mode: str, right: str) -> str:
+            return (
+                f"silver.s_{table}: {column} is read as {reads} but public.{table}.{column} is "
+                f"{pg}, which the connector sends in {unit} (time_precision_mode: {mode}): "
+                f"every value would be read in the wrong unit. Declare encodings: "
+                f"{{{column}: {right}}}"
+            )
+
+        both = {"at3": "epoch_ms", "at0": "epoch_ms"}
+        refusals = [
+            ({"at3": "epoch_ms"}, "adaptive", ("at0", "epoch_us", "timestamp(0)", "ms")),
+            ({**both, "clock3": "time_us"}, "adaptive", ("clock3", "time_us", "time(3)", "ms")),
+            (
+                {**both, "clock3": "time_ms"},
+                "adaptive_time_microseconds",
+                ("clock3", "time_ms", "time(3)", "us"),
+            ),
+            ({"at6": "epoch_us"}, "connect", ("at6", "epoch_us", "timestamp(6)", "ms")),
+            ({**both, "at3": "epoch_s"}, "adaptive", ("at3", "epoch_s", "timestamp(3)", "ms")),
+        ]
+        for i, (encodings, mode, (column, reads, pg, unit)) in enumerate(refusals):
+            right = ("epoch_" if reads.startswith("epoch") else "time_") + unit
+            with pytest.raises(UsageError) as refused_here:
+                check_time_units(settings_of(f"r{i}", encodings, mode), source)
+            assert str(refused_here.value) == refusal(column, reads, pg, unit, mode, right)
+        accepted = [
+            (
+                {"at3": "epoch_ms", "at0": "epoch_ms", "clock3": "time_ms", "clock": "time_us"},
+                "adaptive",
+            ),
+            (
+                {"at3": "epoch_ms", "at0": "epoch_ms", "clock3": "time_us", "zoned": "epoch_ns"},
+                "adaptive_time_microseconds",
+            ),
+            ({"clock3": "time_ms", "clock": "time_ms"}, "connect"),
+        ]
+        for i, (encodings, mode) in enumerate(accepted):
+            check_time_units(settings_of(f"ok{i}", encodings, mode), source)
     finally:
         delete_connector(kafka_up, name, slot_name=f"dbz_conn_{table}")  # had it been applied
         with pg_connect(kafka_up) as conn:
