@@ -175,13 +175,18 @@ def connector_state(settings: Settings, name: str) -> str:
 
 
 def _create_afresh(settings: Settings, name: str, config: dict[str, str]) -> bool:
-    """Create the connector stopped, forget its offsets, then let it run; False when someone
-    else created it meanwhile (HTTP 409).
+    """Create the connector stopped, forget its offsets, then create it again running; False
+    when someone else created it meanwhile (HTTP 409).
 
     A new slot starts at the current WAL position, so source offsets left in the standalone
     offsets file by an earlier connector of this name (a crashed test, a worker restart:
     REST-created connectors do not survive it) would point at WAL that the slot never had and
     the task would fail. Without them it snapshots and streams afresh.
+
+    Not `PUT .../resume`: a standalone worker (Kafka 4.3.1) takes its config store's lock and
+    then the herder's to resume, while the task update a previous resume scheduled takes them
+    the other way round, so two connectors started close together could deadlock the worker
+    (seen: every REST call then hung). Deleting and creating take them in one order.
     """
     status, body = http(
         "POST",
@@ -194,7 +199,13 @@ def _create_afresh(settings: Settings, name: str, config: dict[str, str]) -> boo
     _expect((status, body), (200, 201), name, "create")
     base = connector_url(settings, name)
     _expect(http("DELETE", f"{base}/offsets", timeout=60.0), (200,), name, "offsets")
-    _expect(http("PUT", f"{base}/resume"), (200, 202, 204), name, "resume")
+    _expect(http("DELETE", base, timeout=60.0), (200, 204), name, "delete stopped")
+    status, body = http(
+        "POST", f"{rest_url(settings)}/connectors", {"name": name, "config": config}, timeout=60.0
+    )
+    if status == 409:
+        return False
+    _expect((status, body), (200, 201), name, "create")
     return True
 
 
