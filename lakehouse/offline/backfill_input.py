@@ -24,7 +24,7 @@ from lakehouse.core.specs import OfflineTableSettings, SilverTableSettings
 from lakehouse.offline import buckets
 from lakehouse.offline.store import BUCKET, with_bucket
 from lakehouse.quality import expectations as rules
-from lakehouse.silver import decode, nested
+from lakehouse.silver import decode, nested, precise
 from lakehouse.silver.transform import RESCUED
 
 if TYPE_CHECKING:
@@ -154,9 +154,9 @@ def _text_encodings(schema: StructType, declared: Mapping[str, str]) -> dict[str
 def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column:
     """The raw input column as `kind`, exactly or null (`check_values` reports the nulls):
     nothing is rounded or truncated to fit. Text goes through silver's decoders (a nested
-    value is its JSON text, decoded leaf by leaf; binary is base64: as silver reads them); a
-    number for a date or a timestamp too (by the column's encoding: a cast would read epoch
-    milliseconds as seconds).
+    value is its JSON text, decoded leaf by leaf; binary is padded base64: as silver reads
+    them); a number for a date or a timestamp too (by the column's encoding: a cast would
+    read epoch milliseconds as seconds).
     Another typed value is kept when it casts back to itself (a DOUBLE 13.299, or a
     DECIMAL(12,3) one, does not fit DECIMAL(12,2); a DOUBLE 1.5 no BIGINT). A nested value
     must come with the column's own type: a cast would pair struct fields by position and
@@ -188,7 +188,7 @@ def _convert(raw: str, given: DataType, kind: DataType, encoding: str) -> Column
         if isinstance(kind, StructType | ArrayType | MapType):
             return F.from_json(column, type_ddl(kind))
         if isinstance(kind, BinaryType):
-            return F.try_to_binary(column, F.lit("base64"))
+            return precise.base64_bytes(column)  # padded only, as silver reads a bytea
         decoded = decode.decode(column, kind, encoding)
         return column.try_cast(kind) if decoded is None else decoded
     if given.simpleString() == kind.simpleString():  # the same type (nullability aside)

@@ -513,6 +513,34 @@ def test_a_typed_value_of_another_kind_is_read_by_the_column_encoding_or_refused
     assert [r["at"] for r in stored] == [T0 + H]
 
 
+BYTES = "order_id BIGINT, tag BINARY, ts BIGINT"
+
+
+@pytest.mark.parametrize(
+    ("text", "fits"),
+    [
+        ("3q2+7w==", True),  # padded base64, as silver reads a bytea
+        ("3q2+7w", False),  # unpadded: Spark's decoder took it, silver does not
+        ("99", False),  # a number's digits: Spark's decoder read one byte out of them
+        ("3q2+ 7w==", False),  # with a space: Spark's decoder skipped it
+    ],
+)
+def test_binary_text_is_read_only_as_padded_base64(
+    spark: SparkSession, settings: Settings, tmp_path: Path, text: str, fits: bool
+) -> None:
+    offline, settings = offline_setup(spark, settings, columns=BYTES)
+    path = tmp_path / "fix.csv"
+    path.write_text(f"order_id,tag,ts\n1,{text},{ms(T0 + H)}\n")
+    if not fits:
+        with pytest.raises(BackfillRefused, match=r"values that do not fit.*'tag'"):
+            run(spark, settings, offline, str(path), T0, T0 + 2 * H)
+        return
+    run(spark, settings, offline, str(path), T0, T0 + 2 * H)
+    stored = hybrid.read_hybrid(spark, settings, offline).select("order_id", "tag", "ts")
+    expected = spark.createDataFrame([(1, bytearray(b"\xde\xad\xbe\xef"), ms(T0 + H))], BYTES)
+    assert_df_equality(stored, expected, ignore_nullable=True)
+
+
 def test_a_csv_value_that_does_not_fit_exactly_refuses_the_backfill(
     spark: SparkSession, refusing: Moved, tmp_path: Path
 ) -> None:
