@@ -13,13 +13,19 @@ if TYPE_CHECKING:
 
 
 # Base64 as RFC 4648 writes it (Java's encoder, Debezium's bytea): padded, no line breaks.
-_BASE64 = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+# Whole groups of four (the length) and padding only at the end, at most two: the same set
+# as `([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?`, for half its cost on
+# the precise decimals' hot path (bench/README). `\z`: Java's `$` also matches before a
+# final line break, which Spark's decoder would skip.
+_BASE64 = r"^[A-Za-z0-9+/]*={0,2}\z"
 
 
 def is_base64(text: Column) -> Column:
     """Whether `text` is padded base64 (Spark's own decoder also takes unpadded text and
     skips spaces)."""
-    return text.rlike(_BASE64)
+    from pyspark.sql import functions as F
+
+    return (F.length(text) % 4 == 0) & text.rlike(_BASE64)
 
 
 def base64_bytes(text: Column) -> Column:

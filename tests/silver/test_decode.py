@@ -124,6 +124,8 @@ def test_debezium_precise_decimals_decode_from_their_unscaled_bytes(spark: Spark
             ("99", None),
             ("AQ", None),
             ("A Q==", None),
+            ("A===", None),  # at most two pad characters
+            ("AQ==AQ==", None),  # padding only at the end
             (" AQ==", Decimal("0.01")),  # the field's text is trimmed
         ],
     )
