@@ -15,7 +15,7 @@ from lakehouse.core.settings import Settings
 log = logging.getLogger(__name__)
 
 # `name TYPE...` or `name: TYPE...`, the name plain or in backquotes.
-_COLUMN = re.compile(r"(?is)\s*(?:`([^`]+)`|([^\s:`]+))\s*(?::\s*|\s)\s*(\w+)")
+_COLUMN = re.compile(r"(?is)\s*(?:`([^`]+)`|([^\s:`]+))\s*(?::\s*|\s)\s*(\w.*)")
 # The connector settings that point it at another database than `postgres:`'s.
 _DATABASE_KEYS = ("database.hostname", "database.port", "database.dbname", "database.user")
 
@@ -48,15 +48,24 @@ def top_level(ddl: str) -> list[str]:
     return [*parts, ddl[start:]]
 
 
-def type_words(ddl: str) -> dict[str, str]:
-    """Each top-level column of a Spark DDL column list -> its type's first word, upper case
-    (`TIMESTAMP`, `DECIMAL`, `ARRAY`, ...)."""
+def column_types(ddl: str) -> dict[str, str]:
+    """Each top-level column of a Spark DDL column list -> the text of its type and what
+    follows it (`DECIMAL(12, 2) NOT NULL`)."""
     out = {}
     for column in top_level(ddl):
         found = _COLUMN.match(column)
         if found:
-            out[found[1] or found[2]] = found[3].upper()
+            out[found[1] or found[2]] = found[3].strip()
     return out
+
+
+def type_words(ddl: str) -> dict[str, str]:
+    """Each top-level column of a Spark DDL column list -> its type's first word, upper case
+    (`TIMESTAMP`, `DECIMAL`, `ARRAY`, ...)."""
+    return {
+        name: re.split(r"\W", text, maxsplit=1)[0].upper()
+        for name, text in column_types(ddl).items()
+    }
 
 
 def elsewhere(settings: Settings, source_name: str, what: str) -> bool:

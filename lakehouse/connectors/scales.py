@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import re
 
-from lakehouse.connectors.catalog import elsewhere, postgres_columns, top_level
+from lakehouse.connectors.catalog import column_types, elsewhere, postgres_columns
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
+from lakehouse.silver import decode
 
-# `name DECIMAL(p, s)` or `name: DECIMAL(p, s)`; Spark reads DECIMAL(p) as scale 0 and DECIMAL
-# alone as DECIMAL(10, 0).
+# A column's type text: DECIMAL(p, s); Spark reads DECIMAL(p) as scale 0 and DECIMAL alone as
+# DECIMAL(10, 0).
 _DECIMAL = re.compile(
-    r"(?is)\s*(?:`([^`]+)`|([^\s:`]+))\s*(?::\s*|\s)\s*(?:DECIMAL|DEC|NUMERIC)\b"
+    r"(?is)(?:DECIMAL|DEC|NUMERIC)\b"
     r"(?:\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?(?:\s|$)"  # then NOT NULL, COMMENT, ...
 )
 
@@ -30,10 +31,10 @@ _DECIMAL = re.compile(
 def declared_decimals(ddl: str) -> dict[str, tuple[int, int]]:
     """The top-level `name DECIMAL(p, s)` columns of a Spark DDL column list."""
     out = {}
-    for column in top_level(ddl):
-        found = _DECIMAL.match(column)
+    for column, text in column_types(ddl).items():
+        found = _DECIMAL.match(text)
         if found:
-            out[found[1] or found[2]] = (int(found[3] or 10), int(found[4] or 0))
+            out[column] = (int(found[1] or 10), int(found[2] or 0))
     return out
 
 
@@ -48,14 +49,12 @@ def check_decimal_scales(settings: Settings, source_name: str) -> None:
         "to compare the silver tables' decimal scales with the captured columns before applying"
     )
     columns = postgres_columns(settings, connector.tables, ("numeric",), purpose)
+    default = decode.kind_encodings("cdc", source.decimal_handling_mode)["decimal"]
     for table_name, table in settings.silver.items():
         if table.source != source_name:
             continue
         for column, (precision, scale) in declared_decimals(table.schema).items():
-            encoding = table.encodings.get(column) or (
-                "base64" if source.decimal_handling_mode == "precise" else "text"
-            )
-            if encoding != "base64":
+            if (table.encodings.get(column) or default) != "base64":
                 continue
             for pg in columns.get(column, []):
                 if pg.numeric_scale is not None and pg.numeric_scale != scale:
