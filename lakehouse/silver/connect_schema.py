@@ -24,7 +24,7 @@ from lakehouse.silver.transform import ERROR, MISTYPED, UNDECODABLE
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 # The encoding each Connect logical type (a field schema's `name`) is sent in.
 SENT_AS = {
@@ -42,8 +42,11 @@ SENT_AS = {
     "io.debezium.time.NanoTime": "time_ns",
 }
 PREFIX = "schema_mismatch: "
-# Only what the check reads: the image's field names, Connect types and logical names.
-_FIELD = "struct<field:string,type:string,name:string"
+_DECIMAL = "org.apache.kafka.connect.data.Decimal"  # the one whose scale is in its schema
+# Only what the check reads: the image's field names, Connect types, logical names and their
+# parameters (a Decimal's scale).
+_FIELD = "struct<field:string,type:string,name:string,parameters:map<string,string>"
+_PARTS = ("field", "type", "name", "parameters")
 _SCHEMA = f"struct<schema:struct<fields:array<{_FIELD},fields:array<{_FIELD}>>>>>>"
 
 
@@ -64,17 +67,17 @@ def checked(struct: StructType, encodings: Mapping[str, str]) -> dict[str, str]:
 
 
 def image_fields(record: Column, image_is_root: Column) -> Column:
-    """The Connect schema of a record's row image, as a struct of three parallel arrays (`field`,
-    `type`, `name`), null when the record carries no schema: the envelope's `after` (the same
-    schema as `before`), or the whole record's (a flattened record, a tombstone's key)."""
+    """The Connect schema of a record's row image, as a struct of parallel arrays (`field`,
+    `type`, `name`, `parameters`), null when the record carries no schema: the envelope's
+    `after` (the same schema as `before`), or the whole record's (a flattened record, a
+    tombstone's key)."""
     from pyspark.sql import functions as F
 
     def of(top: Column) -> Column:
         position = F.array_position(top["field"], "after").cast("int")
         after = F.when(position > 0, F.element_at(top, position))["fields"]
-        parts = ("field", "type", "name")
         return F.struct(
-            *[F.when(image_is_root, top[p]).otherwise(after[p]).alias(p) for p in parts]
+            *[F.when(image_is_root, top[p]).otherwise(after[p]).alias(p) for p in _PARTS]
         )
 
     # Parsed once, and only for a record that starts with one, as Kafka's JsonConverter writes
@@ -93,7 +96,7 @@ def contradicted(changes: DataFrame, columns: Mapping[str, str], schema: Column)
     from pyspark.sql import functions as F
 
     reasons = {
-        c: _reason(schema, c, e).alias(f"_lh_mismatch{i}")
+        c: _reason(schema, c, e, _scale(changes.schema[c].dataType)).alias(f"_lh_mismatch{i}")
         for i, (c, e) in enumerate(columns.items())
     }
     staged = changes.select("*", *reasons.values())
@@ -110,9 +113,17 @@ def contradicted(changes: DataFrame, columns: Mapping[str, str], schema: Column)
     return staged.select(*[replaced.get(c, named(c)) for c in changes.columns])
 
 
-def _reason(schema: Column, column: str, encoding: str) -> Column:
+def _scale(kind: DataType) -> int | None:
+    from pyspark.sql.types import DecimalType
+
+    return kind.scale if isinstance(kind, DecimalType) else None
+
+
+def _reason(schema: Column, column: str, encoding: str, scale: int | None) -> Column:
     """`column (what was sent, read as encoding)` when the record holds a value for `column`
-    and its `schema` says it was sent otherwise; else null."""
+    and its `schema` says it was sent otherwise (or, for a precise decimal, `column (its
+    logical type scale s, read at scale t)`: unscaled bytes read at another scale are off by
+    a power of ten); else null."""
     from pyspark.sql import functions as F
 
     position = F.array_position(schema["field"], column).cast("int")
@@ -131,10 +142,17 @@ def _reason(schema: Column, column: str, encoding: str) -> Column:
         )
     # Present: decoded, or there and not decoded. A NULL is stored right whatever was sent.
     present = named(column).isNotNull() | F.array_contains(F.col(MISTYPED), column)
-    text = F.concat(
-        F.lit(f"{column} ("), F.coalesce(sent_name, sent_type), F.lit(f", read as {encoding})")
+    found = present & (position > 0)
+    sent = F.coalesce(sent_name, sent_type)
+    reason = F.when(
+        found & wrong, F.concat(F.lit(f"{column} ("), sent, F.lit(f", read as {encoding})"))
     )
-    return F.when(present & (position > 0) & wrong, text)
+    if encoding != "base64":
+        return reason
+    sent_scale = at("parameters")["scale"]
+    rescaled = (sent_name == _DECIMAL) & (sent_scale != str(scale))
+    at_scale = F.lit(" scale "), sent_scale, F.lit(f", read at scale {scale})")
+    return reason.when(found & rescaled, F.concat(F.lit(f"{column} ("), sent, *at_scale))
 
 
 def _names(encoding: str) -> list[str]:

@@ -123,3 +123,60 @@ def test_a_change_whose_schema_contradicts_the_declared_modes_is_quarantined_not
             ignore_row_order=True,
             ignore_nullable=True,
         )
+
+
+SCALED = "id INT, amount DECIMAL(12,2), cash DECIMAL(12,3), note STRING"
+SCALED_RIGHT = "id INT, amount DECIMAL(12,3), cash DECIMAL(12,2), note STRING"
+
+
+def test_a_decimal_sent_at_another_scale_than_declared_is_quarantined_not_misread(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Precise mode sends a `numeric(12,3)` (and a `money`, scale 2) as unscaled bytes: read at
+    another scale every value is off by a power of ten (13.299 as 132.99). The record's schema
+    carries the scale; a connector run outside the product is not checked before it streams."""
+    ddl = [
+        "CREATE TABLE public.{table} "
+        "(id int PRIMARY KEY, amount numeric(12,3), cash money, note text)"
+    ]
+    with debezium_table(kafka_up, ddl, True) as pg:
+        misread, settings = with_silver(
+            pg.settings, pg.source, mode="scd1", schema=SCALED, keys=("id",)
+        )
+        matched, settings = with_silver(
+            settings, pg.source, mode="scd1", schema=SCALED_RIGHT, keys=("id",)
+        )
+        rows = "(1, 13.299, 12.5, 'both'), (2, NULL, NULL, 'neither'), (3, -0.001, NULL, 'amount')"
+        with pg_connect(settings) as conn:
+            conn.execute(f"INSERT INTO public.{pg.table} VALUES {rows}")
+        wait_for_records(settings, pg.topic, 3)
+        run_ingest(spark, settings, pg.source, kind="cdc")
+
+        assert run_refine(spark, settings, misread).rows_quarantined == 2
+        amount = "amount (org.apache.kafka.connect.data.Decimal scale 3, read at scale 2)"
+        cash = "cash (org.apache.kafka.connect.data.Decimal scale 2, read at scale 3)"
+        errors = sorted(
+            (r["offset"], r["parse_error"]) for r in quarantine(spark, settings, misread).collect()
+        )
+        assert errors == [
+            (0, f"schema_mismatch: {amount}, {cash}"),
+            (2, f"schema_mismatch: {amount}"),
+        ]
+        assert_df_equality(
+            current(spark, settings, misread).drop("_rescued_data"),
+            spark.createDataFrame([(2, None, None, "neither")], SCALED),
+            ignore_nullable=True,
+        )
+
+        assert run_refine(spark, settings, matched).rows_quarantined == 0
+        stored = [
+            (1, Decimal("13.299"), Decimal("12.50"), "both"),
+            (2, None, None, "neither"),
+            (3, Decimal("-0.001"), None, "amount"),
+        ]
+        assert_df_equality(
+            current(spark, settings, matched).drop("_rescued_data"),
+            spark.createDataFrame(stored, SCALED_RIGHT),
+            ignore_row_order=True,
+            ignore_nullable=True,
+        )
