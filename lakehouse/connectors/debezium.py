@@ -33,9 +33,9 @@ from lakehouse.connectors.rest import (
     running,
     wait_connector_running,
 )
+from lakehouse.core.connector_specs import default_slot_name
 from lakehouse.core.errors import ServiceError
 from lakehouse.core.settings import Settings
-from lakehouse.core.specs import default_slot_name
 
 # The variable the worker's EnvVarConfigProvider reads the database password from.
 PASSWORD_ENV = "POSTGRES_PASSWORD"  # noqa: S105 (the variable's name, not a password)

@@ -6,7 +6,8 @@ the unscaled digits, without the scale when the column has one (`numeric(12,3)`)
 them at its own declared scale. A DECIMAL(12,2) over a `numeric(12,3)` would store 13.299 as
 132.99, every value wrong by a factor of ten and nothing to show for it. So `lakehouse
 connectors apply` refuses such a table, naming the column and the fix, before the connector
-streams a row. (A `numeric` without a scale is sent with its scale and read exactly; `string`
+streams a row. A `money` column is sent at the connector's `money.fraction.digits` (2 by
+default). (A `numeric` without a scale is sent with its scale and read exactly; `string`
 and `double` modes send text, which silver reads exactly or quarantines.) The check runs when
 the connector is applied: a column altered later (`ALTER TABLE ... TYPE numeric(12,3)`) is
 caught the next time it is."""
@@ -48,7 +49,8 @@ def check_decimal_scales(settings: Settings, source_name: str) -> None:
     purpose = (
         "to compare the silver tables' decimal scales with the captured columns before applying"
     )
-    columns = postgres_columns(settings, connector.tables, ("numeric",), purpose)
+    columns = postgres_columns(settings, connector.tables, ("numeric", "money"), purpose)
+    money_scale = int(connector.config.get("money.fraction.digits", "2"))
     default = decode.kind_encodings("cdc", source.decimal_handling_mode)["decimal"]
     for table_name, table in settings.silver.items():
         if table.source != source_name:
@@ -57,10 +59,9 @@ def check_decimal_scales(settings: Settings, source_name: str) -> None:
             if (table.encodings.get(column) or default) != "base64":
                 continue
             for pg in columns.get(column, []):
-                if pg.numeric_scale is not None and pg.numeric_scale != scale:
-                    raise UsageError(
-                        _message(table_name, column, precision, scale, pg.table, pg.numeric_scale)
-                    )
+                sent = money_scale if pg.data_type == "money" else pg.numeric_scale
+                if sent is not None and sent != scale:
+                    raise UsageError(_message(table_name, column, precision, scale, pg.table, sent))
 
 
 def _message(table: str, column: str, precision: int, scale: int, where: str, pg: int) -> str:

@@ -11,7 +11,8 @@ from lakehouse.connectors.units import check_time_units
 from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
-    from lakehouse.core.specs import ConnectorSettings, SourceSettings
+    from lakehouse.core.connector_specs import ConnectorSettings
+    from lakehouse.core.specs import SourceSettings
 
 
 def connector_name(source_name: str, connector: ConnectorSettings) -> str:

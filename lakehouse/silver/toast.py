@@ -19,8 +19,8 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from lakehouse.core.columns import named
+from lakehouse.core.connector_specs import TOAST_PLACEHOLDER
 from lakehouse.core.current import TARGET_SEQ, is_bookkeeping
-from lakehouse.core.specs import TOAST_PLACEHOLDER
 from lakehouse.silver.changes import DELETE, OP, SEQ, UPSERT_OPS
 from lakehouse.silver.transform import ERROR, OFFSET, PARTITION, RESCUED, TOPIC, TRANSIENT
 

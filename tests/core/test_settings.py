@@ -317,6 +317,14 @@ def test_a_cdc_source_declares_its_connector_and_the_connector_gets_its_modes(
             ),
             r"'connector.config.binary.handling.mode' 'hex': silver reads a bytea as base64",
         ),
+        (
+            (
+                "tables: [public.customers]",
+                "tables: [public.customers]\n      config: {money.fraction.digits: two}",
+            ),
+            r"'connector.config.money.fraction.digits' 'two': Debezium's scale for a money "
+            r"column, a whole number \(2 by default\)",
+        ),
     ],
 )
 def test_a_connector_that_would_not_feed_its_source_is_refused_at_load(

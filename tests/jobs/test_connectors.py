@@ -128,7 +128,9 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
     tables = [f"public.{table}"]
     connector: dict[str, object] = {"name": name, "topic_prefix": prefix, "tables": tables}
 
-    def declare(amount: str, mode: str = "precise") -> dict[str, object]:
+    def declare(
+        amount: str, mode: str = "precise", cash: str = "DECIMAL(12,2)"
+    ) -> dict[str, object]:
         """`amount`: what follows the column's name."""
         return {
             "sources": {
@@ -144,7 +146,8 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
                     "source": source,
                     "mode": "scd1",
                     "keys": ["id"],
-                    "schema": f"id INT, amount{amount}, price DECIMAL(10, 2), free DECIMAL(20,4)",
+                    "schema": f"id INT, amount{amount}, price DECIMAL(10, 2), "
+                    f"free DECIMAL(20,4), cash {cash}",
                 }
             },
         }
@@ -152,7 +155,8 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
     with pg_connect(kafka_up) as conn:
         conn.execute(
             f"CREATE TABLE public.{table} "
-            "(id int PRIMARY KEY, amount numeric(12,3), price numeric(10,2), free numeric)"
+            "(id int PRIMARY KEY, amount numeric(12,3), price numeric(10,2), free numeric, "
+            "cash money)"
         )
     try:
         refused = run_cli(
@@ -172,6 +176,20 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
             conf = conf_overlay(tmp_path / f"{mode}{amount[-2]}", declare(amount, mode))
             settings = load_settings("test", conf)
             check_decimal_scales(settings, source)
+        # A money column is sent at the connector's money.fraction.digits (2 by default).
+        conf = conf_overlay(tmp_path / "m", declare(" DECIMAL(12,3)", cash="DECIMAL(12,3)"))
+        with pytest.raises(UsageError) as money:
+            check_decimal_scales(load_settings("test", conf), source)
+        assert str(money.value) == (
+            f"silver.s_{table}.schema: cash is DECIMAL(12,3) but public.{table}.cash has "
+            "scale 2; Debezium's precise decimals carry no scale, so silver would read every "
+            "value at scale 3 (off by a factor of 10^1). Declare cash DECIMAL(p,2), or set "
+            "the source's decimal_handling_mode: string"
+        )
+        connector["config"] = {"money.fraction.digits": "3"}
+        conf = conf_overlay(tmp_path / "m3", declare(" DECIMAL(12,3)", cash="DECIMAL(12,3)"))
+        check_decimal_scales(load_settings("test", conf), source)
+        del connector["config"]
         # Debezium matches the table list ignoring case; `name: type` is DDL too.
         tables[:] = [f"PUBLIC.{table.upper()}"]
         settings = load_settings("test", conf_overlay(tmp_path / "b", declare(": DECIMAL(12,2)")))

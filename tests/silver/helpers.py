@@ -186,7 +186,7 @@ def debezium_table(
     ExtractNewRecordState SMT; `connector_config` overrides connector settings;
     `before_connector(table, slot)` runs after the DDL, before the connector is registered."""
     from lakehouse.connectors.debezium import delete_connector, register_postgres_connector
-    from lakehouse.core.specs import default_slot_name
+    from lakehouse.core.connector_specs import default_slot_name
 
     # One worker serves every test: if an earlier test left it dead, start it again here so
     # its failure stays that test's own instead of failing every CDC test after it.

@@ -16,8 +16,8 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.core.connector_specs import TOAST_PLACEHOLDER
 from lakehouse.core.settings import Settings
-from lakehouse.core.specs import TOAST_PLACEHOLDER
 from tests.bronze.helpers import bronze, run_ingest, wait_for_records
 from tests.conftest import pg_connect
 from tests.silver.helpers import current, debezium_table, run_refine, with_silver
