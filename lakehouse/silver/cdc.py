@@ -112,7 +112,7 @@ def cdc_changes(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSch
 
     whole = F.when(tombstone, F.col(RAW_KEY)).otherwise(F.col(RAW_VALUE)).cast("string")
     # What the record's schema (if it carries one) says each decoded column was sent as.
-    checked = connect_schema.checked(schema.struct, schema.encodings)
+    checked = connect_schema.checked(schema.struct, schema.encodings, schema.nested_encodings)
     if checked:
         sent = connect_schema.image_fields(whole, tombstone | flattened)
         with_image = with_image.withColumn(_SENT, sent)

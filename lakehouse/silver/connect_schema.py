@@ -44,22 +44,34 @@ SENT_AS = {
 PREFIX = "schema_mismatch: "
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"  # the one whose scale is in its schema
 # Only what the check reads: the image's field names, Connect types, logical names and their
-# parameters (a Decimal's scale).
-_FIELD = "struct<field:string,type:string,name:string,parameters:map<string,string>"
-_PARTS = ("field", "type", "name", "parameters")
+# parameters (a Decimal's scale), and the same of an array's elements (`items`).
+_TYPE = "type:string,name:string,parameters:map<string,string>"
+_FIELD = f"struct<field:string,{_TYPE},items:struct<{_TYPE}>"
+_PARTS = ("field", "type", "name", "parameters", "items")
 _SCHEMA = f"struct<schema:struct<fields:array<{_FIELD},fields:array<{_FIELD}>>>>>>"
 
 
-def checked(struct: StructType, encodings: Mapping[str, str]) -> dict[str, str]:
+def checked(
+    struct: StructType, encodings: Mapping[str, str], nested: Mapping[str, str]
+) -> dict[str, str]:
     """The top-level columns a record's schema can contradict, with the encoding each is read
-    by ("bytes" for a BINARY). A STRING read as text keeps whatever was sent, as documented."""
-    from pyspark.sql.types import BinaryType
+    by ("bytes" for a BINARY); an ARRAY of such values with its elements' encoding (`nested`:
+    the source's defaults for a leaf). A STRING read as text keeps whatever was sent, as
+    documented."""
+    from pyspark.sql.types import ArrayType, BinaryType
 
     out = {}
     for f in struct.fields:
-        kind = decode.kind_of(f.dataType)
-        encoding = encodings.get(f.name, "")
-        if isinstance(f.dataType, BinaryType):
+        kind, encoding = decode.kind_of(f.dataType), encodings.get(f.name, "")
+        if isinstance(f.dataType, ArrayType):
+            kind = decode.kind_of(f.dataType.elementType)
+            leaves = decode.leaf_encodings(nested, encoding)
+            encoding = leaves.get(kind or "", "")
+            if isinstance(f.dataType.elementType, BinaryType):
+                kind = "binary"
+        elif isinstance(f.dataType, BinaryType):
+            kind = "binary"
+        if kind == "binary":
             out[f.name] = "bytes"
         elif kind in ("decimal", "timestamp", "date") or encoding.startswith("time_"):
             out[f.name] = encoding
@@ -96,7 +108,7 @@ def contradicted(changes: DataFrame, columns: Mapping[str, str], schema: Column)
     from pyspark.sql import functions as F
 
     reasons = {
-        c: _reason(schema, c, e, _scale(changes.schema[c].dataType)).alias(f"_lh_mismatch{i}")
+        c: _reason(schema, c, e, changes.schema[c].dataType).alias(f"_lh_mismatch{i}")
         for i, (c, e) in enumerate(columns.items())
     }
     staged = changes.select("*", *reasons.values())
@@ -113,23 +125,22 @@ def contradicted(changes: DataFrame, columns: Mapping[str, str], schema: Column)
     return staged.select(*[replaced.get(c, named(c)) for c in changes.columns])
 
 
-def _scale(kind: DataType) -> int | None:
-    from pyspark.sql.types import DecimalType
-
-    return kind.scale if isinstance(kind, DecimalType) else None
-
-
-def _reason(schema: Column, column: str, encoding: str, scale: int | None) -> Column:
+def _reason(schema: Column, column: str, encoding: str, kind: DataType) -> Column:
     """`column (what was sent, read as encoding)` when the record holds a value for `column`
-    and its `schema` says it was sent otherwise (or, for a precise decimal, `column (its
-    logical type scale s, read at scale t)`: unscaled bytes read at another scale are off by
-    a power of ten); else null."""
+    (of `kind`; an ARRAY: its elements) and its `schema` says it was sent otherwise (or, for
+    a precise decimal, `column (its logical type scale s, read at scale t)`: unscaled bytes
+    read at another scale are off by a power of ten); else null."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, DecimalType
 
     position = F.array_position(schema["field"], column).cast("int")
+    array = isinstance(kind, ArrayType)
+    element = kind.elementType if isinstance(kind, ArrayType) else kind
+    scale = element.scale if isinstance(element, DecimalType) else None
 
     def at(part: str) -> Column:
-        return F.when(position > 0, F.element_at(schema[part], position))
+        found = F.when(position > 0, F.element_at(schema["items" if array else part], position))
+        return found[part] if array else found
 
     sent_type, sent_name = at("type"), at("name")
     if encoding == "bytes":
@@ -140,8 +151,11 @@ def _reason(schema: Column, column: str, encoding: str, scale: int | None) -> Co
         wrong = F.coalesce(
             sent_name.isin(*[n for n, e in SENT_AS.items() if e != encoding]), F.lit(False)
         )
-    # Present: decoded, or there and not decoded. A NULL is stored right whatever was sent.
-    present = named(column).isNotNull() | F.array_contains(F.col(MISTYPED), column)
+    # Present: decoded, or there and not decoded. A NULL (or no element) is stored right
+    # whatever was sent.
+    value = named(column)
+    decoded = (F.size(value) > 0) if array else value.isNotNull()
+    present = decoded | F.array_contains(F.col(MISTYPED), column)
     found = present & (position > 0)
     sent = F.coalesce(sent_name, sent_type)
     reason = F.when(

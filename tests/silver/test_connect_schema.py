@@ -125,54 +125,85 @@ def test_a_change_whose_schema_contradicts_the_declared_modes_is_quarantined_not
         )
 
 
-SCALED = "id INT, amount DECIMAL(12,2), cash DECIMAL(12,3), note STRING"
-SCALED_RIGHT = "id INT, amount DECIMAL(12,3), cash DECIMAL(12,2), note STRING"
+SCALED = (
+    "id INT, amount DECIMAL(12,2), cash DECIMAL(12,3), nums ARRAY<DECIMAL(12,2)>, "
+    "stamps ARRAY<TIMESTAMP>, note STRING"
+)
+SCALED_RIGHT = (
+    "id INT, amount DECIMAL(12,3), cash DECIMAL(12,2), nums ARRAY<DECIMAL(12,3)>, "
+    "stamps ARRAY<TIMESTAMP>, note STRING"
+)
 
 
 def test_a_decimal_sent_at_another_scale_than_declared_is_quarantined_not_misread(
     spark: SparkSession, kafka_up: Settings
 ) -> None:
-    """Precise mode sends a `numeric(12,3)` (and a `money`, scale 2) as unscaled bytes: read at
-    another scale every value is off by a power of ten (13.299 as 132.99). The record's schema
-    carries the scale; a connector run outside the product is not checked before it streams."""
+    """Precise mode sends a `numeric(12,3)` (a `money`, scale 2; each element of a
+    `numeric(12,3)[]`) as unscaled bytes: read at another scale every value is off by a power
+    of ten (13.299 as 132.99), and adaptive mode a `timestamp(3)[]`'s elements in milliseconds.
+    The record's schema says so; a connector run outside the product is not checked before it
+    streams."""
     ddl = [
-        "CREATE TABLE public.{table} "
-        "(id int PRIMARY KEY, amount numeric(12,3), cash money, note text)"
+        "CREATE TABLE public.{table} (id int PRIMARY KEY, amount numeric(12,3), cash money, "
+        "nums numeric(12,3)[], stamps timestamp(3)[], note text)"
     ]
     with debezium_table(kafka_up, ddl, True) as pg:
         misread, settings = with_silver(
             pg.settings, pg.source, mode="scd1", schema=SCALED, keys=("id",)
         )
         matched, settings = with_silver(
-            settings, pg.source, mode="scd1", schema=SCALED_RIGHT, keys=("id",)
+            settings,
+            pg.source,
+            mode="scd1",
+            schema=SCALED_RIGHT,
+            keys=("id",),
+            encodings={"stamps": "epoch_ms"},
         )
-        rows = "(1, 13.299, 12.5, 'both'), (2, NULL, NULL, 'neither'), (3, -0.001, NULL, 'amount')"
+        rows = (
+            "(1, 13.299, 12.5, ARRAY[13.299], ARRAY['2024-01-05 10:00:00.123'::timestamp], "
+            "'all'), (2, NULL, NULL, NULL, ARRAY[]::timestamp[], 'neither'), "
+            "(3, -0.001, NULL, NULL, NULL, 'amount'), (4, NULL, NULL, ARRAY[1.5, -0.25], NULL, "
+            "'nums'), (5, NULL, NULL, NULL, ARRAY['2024-01-05 10:00:01'::timestamp], 'stamps')"
+        )
         with pg_connect(settings) as conn:
             conn.execute(f"INSERT INTO public.{pg.table} VALUES {rows}")
-        wait_for_records(settings, pg.topic, 3)
+        wait_for_records(settings, pg.topic, 5)
         run_ingest(spark, settings, pg.source, kind="cdc")
 
-        assert run_refine(spark, settings, misread).rows_quarantined == 2
+        assert run_refine(spark, settings, misread).rows_quarantined == 4
         amount = "amount (org.apache.kafka.connect.data.Decimal scale 3, read at scale 2)"
         cash = "cash (org.apache.kafka.connect.data.Decimal scale 2, read at scale 3)"
+        nums = "nums (org.apache.kafka.connect.data.Decimal scale 3, read at scale 2)"
+        stamps = "stamps (io.debezium.time.Timestamp, read as epoch_us)"
         errors = sorted(
             (r["offset"], r["parse_error"]) for r in quarantine(spark, settings, misread).collect()
         )
         assert errors == [
-            (0, f"schema_mismatch: {amount}, {cash}"),
+            (0, f"schema_mismatch: {amount}, {cash}, {nums}, {stamps}"),
             (2, f"schema_mismatch: {amount}"),
+            (3, f"schema_mismatch: {nums}"),
+            (4, f"schema_mismatch: {stamps}"),
         ]
         assert_df_equality(
             current(spark, settings, misread).drop("_rescued_data"),
-            spark.createDataFrame([(2, None, None, "neither")], SCALED),
+            spark.createDataFrame([(2, None, None, None, [], "neither")], SCALED),
             ignore_nullable=True,
         )
 
         assert run_refine(spark, settings, matched).rows_quarantined == 0
         stored = [
-            (1, Decimal("13.299"), Decimal("12.50"), "both"),
-            (2, None, None, "neither"),
-            (3, Decimal("-0.001"), None, "amount"),
+            (
+                1,
+                Decimal("13.299"),
+                Decimal("12.50"),
+                [Decimal("13.299")],
+                [datetime(2024, 1, 5, 10, 0, 0, 123000)],
+                "all",
+            ),
+            (2, None, None, None, [], "neither"),
+            (3, Decimal("-0.001"), None, None, None, "amount"),
+            (4, None, None, [Decimal("1.500"), Decimal("-0.250")], None, "nums"),
+            (5, None, None, None, [datetime(2024, 1, 5, 10, 0, 1)], "stamps"),
         ]
         assert_df_equality(
             current(spark, settings, matched).drop("_rescued_data"),
