@@ -27,6 +27,24 @@ class PostgresColumn:
     data_type: str  # information_schema's: numeric, timestamp without time zone, ...
     numeric_scale: int | None  # None: a numeric without a scale, or not a numeric
     datetime_precision: int | None
+    # An array of `data_type`: the scale and precision are its elements'.
+    array: bool = False
+
+    @property
+    def type_text(self) -> str:
+        """`numeric(12,3)`-like: the type as a message names it (`[]` for an array)."""
+        short = self.data_type.replace(" without time zone", "")
+        size = self.datetime_precision if short in ("timestamp", "time") else None
+        return short + (f"({size})" if size is not None else "") + ("[]" if self.array else "")
+
+
+# information_schema's names of the element types an array column is compared by.
+_ELEMENTS = {
+    "numeric": "numeric",
+    "money": "money",
+    "timestamp": "timestamp without time zone",
+    "time": "time without time zone",
+}
 
 
 def top_level(ddl: str) -> list[str]:
@@ -59,13 +77,28 @@ def column_types(ddl: str) -> dict[str, str]:
     return out
 
 
-def type_words(ddl: str) -> dict[str, str]:
+def element_type(text: str) -> tuple[str, bool]:
+    """A column's type text -> (its elements' type text, True) for an `ARRAY<...>`, else
+    (the text, False)."""
+    found = re.match(r"(?is)ARRAY\s*<", text)
+    if not found:
+        return text, False
+    depth = 1
+    for i in range(found.end(), len(text)):
+        depth += {"<": 1, ">": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[found.end() : i].strip(), True
+    return text, False
+
+
+def type_words(ddl: str) -> dict[str, tuple[str, bool]]:
     """Each top-level column of a Spark DDL column list -> its type's first word, upper case
-    (`TIMESTAMP`, `DECIMAL`, `ARRAY`, ...)."""
-    return {
-        name: re.split(r"\W", text, maxsplit=1)[0].upper()
-        for name, text in column_types(ddl).items()
-    }
+    (`TIMESTAMP`, `DECIMAL`, `MAP`, ...), an ARRAY's elements' with True."""
+    out = {}
+    for name, text in column_types(ddl).items():
+        element, array = element_type(text)
+        out[name] = (re.split(r"\W", element, maxsplit=1)[0].upper(), array)
+    return out
 
 
 def elsewhere(settings: Settings, source_name: str, what: str) -> bool:
@@ -91,6 +124,8 @@ def postgres_columns(
     import psycopg
 
     pg = settings.postgres
+    lowered = [t.lower() for t in tables]
+    elements = [e for e, name in _ELEMENTS.items() if name in data_types]
     try:
         with postgres.connect(settings) as conn:
             # Debezium matches `table.include.list` ignoring case.
@@ -98,7 +133,18 @@ def postgres_columns(
                 "SELECT table_schema || '.' || table_name, column_name, data_type, "
                 "numeric_scale, datetime_precision FROM information_schema.columns "
                 "WHERE data_type = ANY(%s) AND lower(table_schema || '.' || table_name) = ANY(%s)",
-                (list(data_types), [t.lower() for t in tables]),
+                (list(data_types), lowered),
+            ).fetchall()
+            # An array's element typmod is only in the catalog (information_schema's
+            # element_types leaves scale and precision null).
+            arrays = conn.execute(
+                "SELECT n.nspname || '.' || c.relname, a.attname, e.typname, a.atttypmod "
+                "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "JOIN pg_type t ON t.oid = a.atttypid JOIN pg_type e ON e.oid = t.typelem "
+                "WHERE t.typcategory = 'A' AND a.attnum > 0 AND NOT a.attisdropped "
+                "AND e.typname = ANY(%s) AND lower(n.nspname || '.' || c.relname) = ANY(%s)",
+                (elements, lowered),
             ).fetchall()
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -106,7 +152,19 @@ def postgres_columns(
             f"PostgreSQL at {pg.host}:{pg.port} (postgres:), {purpose}: {first}"
         ) from None
     out: dict[str, list[PostgresColumn]] = {}
-    for row in rows:
-        column = PostgresColumn(*row)
+    for column in [PostgresColumn(*row) for row in rows] + [_array(*row) for row in arrays]:
         out.setdefault(column.name, []).append(column)
     return out
+
+
+def _array(table: str, name: str, element: str, typmod: int) -> PostgresColumn:
+    """An array column from the catalog, its element's typmod read as information_schema
+    reads a column's: numeric ((precision << 16) | scale) + 4; timestamp and time the
+    precision, 6 when none is given."""
+    if element == "numeric":
+        scale = (typmod - 4) & 0xFFFF if typmod >= 4 else None
+        return PostgresColumn(table, name, "numeric", scale, None, array=True)
+    if element == "money":
+        return PostgresColumn(table, name, "money", None, None, array=True)
+    precision = typmod if typmod >= 0 else 6
+    return PostgresColumn(table, name, _ELEMENTS[element], None, precision, array=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from lakehouse.connectors.catalog import column_types, elsewhere, postgres_columns
+from lakehouse.connectors.catalog import column_types, element_type, elsewhere, postgres_columns
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 from lakehouse.silver import decode
@@ -29,11 +29,13 @@ _DECIMAL = re.compile(
 )
 
 
-def declared_decimals(ddl: str) -> dict[str, tuple[int, int]]:
-    """The top-level `name DECIMAL(p, s)` columns of a Spark DDL column list."""
+def declared_decimals(ddl: str, arrays: bool = False) -> dict[str, tuple[int, int]]:
+    """The top-level `name DECIMAL(p, s)` columns of a Spark DDL column list (with `arrays`:
+    the `name ARRAY<DECIMAL(p, s)>` ones)."""
     out = {}
     for column, text in column_types(ddl).items():
-        found = _DECIMAL.match(text)
+        element, array = element_type(text)
+        found = _DECIMAL.match(element) if array == arrays else None
         if found:
             out[column] = (int(found[1] or 10), int(found[2] or 0))
     return out
@@ -55,19 +57,30 @@ def check_decimal_scales(settings: Settings, source_name: str) -> None:
     for table_name, table in settings.silver.items():
         if table.source != source_name:
             continue
-        for column, (precision, scale) in declared_decimals(table.schema).items():
-            if (table.encodings.get(column) or default) != "base64":
-                continue
-            for pg in columns.get(column, []):
-                sent = money_scale if pg.data_type == "money" else pg.numeric_scale
-                if sent is not None and sent != scale:
-                    raise UsageError(_message(table_name, column, precision, scale, pg.table, sent))
+        for array in (False, True):
+            for column, (precision, scale) in declared_decimals(table.schema, array).items():
+                if (table.encodings.get(column) or default) != "base64":
+                    continue
+                for pg in columns.get(column, []):
+                    sent = money_scale if pg.data_type == "money" else pg.numeric_scale
+                    if pg.array == array and sent is not None and sent != scale:
+                        declared = _typed(f"DECIMAL({precision},{scale})", array)
+                        fix = _typed(f"DECIMAL(p,{sent})", array)
+                        raise UsageError(
+                            _message(table_name, column, declared, scale, pg.table, sent, fix)
+                        )
 
 
-def _message(table: str, column: str, precision: int, scale: int, where: str, pg: int) -> str:
+def _typed(decimal: str, array: bool) -> str:
+    return f"ARRAY<{decimal}>" if array else decimal
+
+
+def _message(
+    table: str, column: str, declared: str, scale: int, where: str, pg: int, fix: str
+) -> str:
     return (
-        f"silver.{table}.schema: {column} is DECIMAL({precision},{scale}) but {where}.{column} "
+        f"silver.{table}.schema: {column} is {declared} but {where}.{column} "
         f"has scale {pg}; Debezium's precise decimals carry no scale, so silver would read "
         f"every value at scale {scale} (off by a factor of 10^{abs(pg - scale)}). Declare "
-        f"{column} DECIMAL(p,{pg}), or set the source's decimal_handling_mode: string"
+        f"{column} {fix}, or set the source's decimal_handling_mode: string"
     )

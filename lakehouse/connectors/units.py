@@ -52,13 +52,13 @@ def check_time_units(settings: Settings, source_name: str) -> None:
     for table_name, table in settings.silver.items():
         if table.source != source_name:
             continue
-        for column, word in type_words(table.schema).items():
+        for column, (word, array) in type_words(table.schema).items():
             declared = table.encodings.get(column, "")
             reads = declared or (defaults["timestamp"] if word.startswith("TIMESTAMP") else "")
             if reads not in _UNITS:
                 continue
             for pg in columns.get(column, []):
-                if (pg.data_type == _TIMESTAMP) != reads.startswith("epoch_"):
+                if pg.array != array or (pg.data_type == _TIMESTAMP) != reads.startswith("epoch_"):
                     continue
                 unit = sent_unit(pg.data_type, pg.datetime_precision, source.time_precision_mode)
                 if unit != _UNITS[reads]:
@@ -68,10 +68,10 @@ def check_time_units(settings: Settings, source_name: str) -> None:
 
 def _message(table: str, column: str, reads: str, pg: PostgresColumn, unit: str, mode: str) -> str:
     timestamp = reads.startswith("epoch_")
-    kind, right = ("timestamp", f"epoch_{unit}") if timestamp else ("time", f"time_{unit}")
+    right = f"epoch_{unit}" if timestamp else f"time_{unit}"
     return (
         f"silver.{table}: {column} is read as {reads} but {pg.table}.{column} is "
-        f"{kind}({pg.datetime_precision}), which the connector sends in {unit} "
+        f"{pg.type_text}, which the connector sends in {unit} "
         f"(time_precision_mode: {mode}): every value would be read in the wrong unit. "
         f"Declare encodings: {{{column}: {right}}}"
     )

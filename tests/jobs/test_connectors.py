@@ -129,7 +129,10 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
     connector: dict[str, object] = {"name": name, "topic_prefix": prefix, "tables": tables}
 
     def declare(
-        amount: str, mode: str = "precise", cash: str = "DECIMAL(12,2)"
+        amount: str,
+        mode: str = "precise",
+        cash: str = "DECIMAL(12,2)",
+        nums: str = "ARRAY<DECIMAL(12,3)>",
     ) -> dict[str, object]:
         """`amount`: what follows the column's name."""
         return {
@@ -147,7 +150,7 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
                     "mode": "scd1",
                     "keys": ["id"],
                     "schema": f"id INT, amount{amount}, price DECIMAL(10, 2), "
-                    f"free DECIMAL(20,4), cash {cash}",
+                    f"free DECIMAL(20,4), cash {cash}, nums {nums}",
                 }
             },
         }
@@ -156,7 +159,7 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
         conn.execute(
             f"CREATE TABLE public.{table} "
             "(id int PRIMARY KEY, amount numeric(12,3), price numeric(10,2), free numeric, "
-            "cash money)"
+            "cash money, nums numeric(12,3)[])"
         )
     try:
         refused = run_cli(
@@ -190,6 +193,16 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
         conf = conf_overlay(tmp_path / "m3", declare(" DECIMAL(12,3)", cash="DECIMAL(12,3)"))
         check_decimal_scales(load_settings("test", conf), source)
         del connector["config"]
+        # An array's elements are sent as the column would be.
+        conf = conf_overlay(tmp_path / "n", declare(" DECIMAL(12,3)", nums="ARRAY<DECIMAL(12,2)>"))
+        with pytest.raises(UsageError) as array:
+            check_decimal_scales(load_settings("test", conf), source)
+        assert str(array.value) == (
+            f"silver.s_{table}.schema: nums is ARRAY<DECIMAL(12,2)> but public.{table}.nums has "
+            "scale 3; Debezium's precise decimals carry no scale, so silver would read every "
+            "value at scale 2 (off by a factor of 10^1). Declare nums ARRAY<DECIMAL(p,3)>, or "
+            "set the source's decimal_handling_mode: string"
+        )
         # Debezium matches the table list ignoring case; `name: type` is DDL too.
         tables[:] = [f"PUBLIC.{table.upper()}"]
         settings = load_settings("test", conf_overlay(tmp_path / "b", declare(": DECIMAL(12,2)")))
@@ -238,7 +251,7 @@ def test_a_timestamp_or_time_read_in_another_unit_than_the_connector_sends_is_re
                     "mode": "scd1",
                     "keys": ["id"],
                     "schema": "id INT, at3 TIMESTAMP, at6 TIMESTAMP, at0 TIMESTAMP, "
-                    "clock3 STRING, clock STRING, zoned TIMESTAMP",
+                    "clock3 STRING, clock STRING, zoned TIMESTAMP, stamps3 ARRAY<TIMESTAMP>",
                     "encodings": encodings,
                 }
             },
@@ -250,7 +263,8 @@ def test_a_timestamp_or_time_read_in_another_unit_than_the_connector_sends_is_re
     with pg_connect(kafka_up) as conn:
         conn.execute(
             f"CREATE TABLE public.{table} (id int PRIMARY KEY, at3 timestamp(3), "
-            "at6 timestamp, at0 timestamp(0), clock3 time(3), clock time, zoned timestamptz)"
+            "at6 timestamp, at0 timestamp(0), clock3 time(3), clock time, zoned timestamptz, "
+            "stamps3 timestamp(3)[])"
         )
     try:
         refused = run_cli(
@@ -284,6 +298,12 @@ def test_a_timestamp_or_time_read_in_another_unit_than_the_connector_sends_is_re
             ),
             ({"at6": "epoch_us"}, "connect", ("at6", "epoch_us", "timestamp(6)", "ms")),
             ({**both, "at3": "epoch_s"}, "adaptive", ("at3", "epoch_s", "timestamp(3)", "ms")),
+            # An array's elements are sent as the column would be.
+            (
+                {**both, "clock3": "time_ms"},
+                "adaptive",
+                ("stamps3", "epoch_us", "timestamp(3)[]", "ms"),
+            ),
         ]
         for i, (encodings, mode, (column, reads, pg, unit)) in enumerate(refusals):
             right = ("epoch_" if reads.startswith("epoch") else "time_") + unit
@@ -292,11 +312,11 @@ def test_a_timestamp_or_time_read_in_another_unit_than_the_connector_sends_is_re
             assert str(refused_here.value) == refusal(column, reads, pg, unit, mode, right)
         accepted = [
             (
-                {"at3": "epoch_ms", "at0": "epoch_ms", "clock3": "time_ms", "clock": "time_us"},
+                {**both, "clock3": "time_ms", "clock": "time_us", "stamps3": "epoch_ms"},
                 "adaptive",
             ),
             (
-                {"at3": "epoch_ms", "at0": "epoch_ms", "clock3": "time_us", "zoned": "epoch_ns"},
+                {**both, "clock3": "time_us", "zoned": "epoch_ns", "stamps3": "epoch_ms"},
                 "adaptive_time_microseconds",
             ),
             ({"clock3": "time_ms", "clock": "time_ms"}, "connect"),
@@ -315,7 +335,8 @@ def test_only_top_level_decimal_columns_of_the_ddl_are_compared() -> None:
         "id INT, `amount` DECIMAL(12, 2), line STRUCT<price: DECIMAL(9,1), qty INT>, "
         "`a, b` numeric(5,0), tags MAP<STRING, DECIMAL(3,1)>, note STRING, dec DEC(4,4), "
         "whole DECIMAL(7), plain decimal, kept DECIMAL(6,2) NOT NULL, decimals STRING, "
-        "said STRING COMMENT 'a (b, <c', c1: DECIMAL(3,2), c2:decimal(4,1), `x:y` DEC(2,1)"
+        "said STRING COMMENT 'a (b, <c', c1: DECIMAL(3,2), c2:decimal(4,1), `x:y` DEC(2,1), "
+        "nums ARRAY<DECIMAL(5,1)>, more array < decimal(6, 2) > NOT NULL, deep ARRAY<ARRAY<DEC>>"
     )
     assert declared_decimals(ddl) == {
         "amount": (12, 2),
@@ -328,3 +349,4 @@ def test_only_top_level_decimal_columns_of_the_ddl_are_compared() -> None:
         "c2": (4, 1),
         "x:y": (2, 1),
     }
+    assert declared_decimals(ddl, arrays=True) == {"nums": (5, 1), "more": (6, 2)}
