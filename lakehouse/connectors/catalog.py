@@ -44,6 +44,8 @@ _ELEMENTS = {
     "money": "money",
     "timestamp": "timestamp without time zone",
     "time": "time without time zone",
+    "interval": "interval",
+    "bit": "bit",
 }
 
 
@@ -164,7 +166,7 @@ def _array(table: str, name: str, element: str, typmod: int) -> PostgresColumn:
     if element == "numeric":
         scale = (typmod - 4) & 0xFFFF if typmod >= 4 else None
         return PostgresColumn(table, name, "numeric", scale, None, array=True)
-    if element == "money":
-        return PostgresColumn(table, name, "money", None, None, array=True)
-    precision = typmod if typmod >= 0 else 6
-    return PostgresColumn(table, name, _ELEMENTS[element], None, precision, array=True)
+    if element in ("timestamp", "time"):
+        precision = typmod if typmod >= 0 else 6
+        return PostgresColumn(table, name, _ELEMENTS[element], None, precision, array=True)
+    return PostgresColumn(table, name, _ELEMENTS[element], None, None, array=True)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from lakehouse.connectors.debezium import postgres_connector_config, put_connector
 from lakehouse.connectors.scales import check_decimal_scales
 from lakehouse.connectors.units import check_time_units
+from lakehouse.connectors.unsent import check_unsent
 from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -49,5 +50,6 @@ def apply_source(settings: Settings, source_name: str) -> str:
     name, config = connector_config(settings, source_name, settings.sources[source_name])
     check_decimal_scales(settings, source_name)  # before a row streams
     check_time_units(settings, source_name)
+    check_unsent(settings, source_name)
     put_connector(settings, name, config)
     return name

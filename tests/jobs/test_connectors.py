@@ -15,6 +15,7 @@ from lakehouse.connectors.debezium import delete_connector
 from lakehouse.connectors.rest import connector_url, http
 from lakehouse.connectors.scales import check_decimal_scales, declared_decimals
 from lakehouse.connectors.units import check_time_units
+from lakehouse.connectors.unsent import check_unsent
 from lakehouse.core import kafka
 from lakehouse.core.errors import EXIT_FAILED, EXIT_USAGE, ServiceUnreachable, UsageError
 from lakehouse.core.settings import Settings, load_settings
@@ -325,6 +326,69 @@ def test_a_timestamp_or_time_read_in_another_unit_than_the_connector_sends_is_re
             check_time_units(settings_of(f"ok{i}", encodings, mode), source)
     finally:
         delete_connector(kafka_up, name, slot_name=f"dbz_conn_{table}")  # had it been applied
+        with pg_connect(kafka_up) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+
+
+def test_a_silver_column_over_an_array_type_debezium_does_not_send_is_refused(
+    kafka_up: Settings, tmp_path: Path
+) -> None:
+    """Debezium 3.7 leaves money[] and interval[] out of its records and sends bit(n)[] as
+    null: a silver column over one would stay NULL. Scalars of those types are sent."""
+    table = f"t_{uuid.uuid4().hex[:8]}"
+    source, prefix = f"cdc_{table}", f"p{table[-8:]}"
+    columns = ["cashes", "spans", "flags"]
+
+    def settings_of(path: str, declared: list[str]) -> Settings:
+        connector = {"topic_prefix": prefix, "tables": [f"public.{table}"]}
+        schema = ", ".join(["id INT", "cash DECIMAL(12,2)", "span BIGINT", "flag BINARY"])
+        kinds = {
+            "cashes": "ARRAY<DECIMAL(12,2)>",
+            "spans": "ARRAY<BIGINT>",
+            "flags": "ARRAY<BINARY>",
+        }
+        overlay = {
+            "sources": {
+                source: {
+                    "kind": "cdc",
+                    "topics": [f"{prefix}.public.{table}"],
+                    "connector": connector,
+                }
+            },
+            "silver": {
+                f"s_{table}": {
+                    "source": source,
+                    "mode": "scd1",
+                    "keys": ["id"],
+                    "schema": ", ".join([schema, *[f"{c} {kinds[c]}" for c in declared]]),
+                }
+            },
+        }
+        return load_settings("test", conf_overlay(tmp_path / path, overlay))
+
+    with pg_connect(kafka_up) as conn:
+        conn.execute(
+            f"CREATE TABLE public.{table} (id int PRIMARY KEY, cash money, span interval, "
+            "flag bit(3), cashes money[], spans interval[], flags bit(3)[])"
+        )
+    try:
+        refused = []
+        for i in range(len(columns)):
+            with pytest.raises(UsageError) as here:
+                check_unsent(settings_of(f"r{i}", columns[i:]), source)
+            refused.append(str(here.value))
+        assert refused == [
+            f"silver.s_{table}.schema: {column} is read from public.{table}.{column}, a "
+            f"{pg}, which Debezium {what}: it would stay NULL. Remove {column} from the "
+            f"schema, or keep the values in PostgreSQL as {instead}"
+            for column, pg, what, instead in [
+                ("cashes", "money[]", "leaves it out of every record", "numeric(p,s)[]"),
+                ("spans", "interval[]", "leaves it out of every record", "text[]"),
+                ("flags", "bit[]", "sends it as null", "text[] or varbit"),
+            ]
+        ]
+        check_unsent(settings_of("ok", []), source)
+    finally:
         with pg_connect(kafka_up) as conn:
             conn.execute(f"DROP TABLE IF EXISTS public.{table}")
 
