@@ -6,6 +6,7 @@ and is deleted with its replication slot."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +31,36 @@ def slots(settings: Settings, slot: str) -> int:
             "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,)
         ).fetchone()
     return int(found[0]) if found else 0
+
+
+def one_table(
+    table: str, connector: Mapping[str, object], schema: str, **source: object
+) -> dict[str, object]:
+    """A conf overlay: the CDC source `cdc_<table>` (`source` adds settings) with `connector`,
+    reading its topics, and the SCD1 silver table `s_<table>` of `schema` over it (`encodings`
+    in `source` go to the table)."""
+    prefix, tables = connector["topic_prefix"], connector["tables"]
+    assert isinstance(tables, list)
+    encodings = source.pop("encodings", {})
+    return {
+        "sources": {
+            f"cdc_{table}": {
+                "kind": "cdc",
+                "topics": [f"{prefix}.{t}" for t in tables],
+                "connector": connector,
+                **source,
+            }
+        },
+        "silver": {
+            f"s_{table}": {
+                "source": f"cdc_{table}",
+                "mode": "scd1",
+                "keys": ["id"],
+                "schema": schema,
+                "encodings": encodings,
+            }
+        },
+    }
 
 
 def test_a_declared_connector_is_applied_shown_applied_again_and_deleted(
@@ -136,25 +167,11 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
         nums: str = "ARRAY<DECIMAL(12,3)>",
     ) -> dict[str, object]:
         """`amount`: what follows the column's name."""
-        return {
-            "sources": {
-                source: {
-                    "kind": "cdc",
-                    "topics": [f"{prefix}.{t}" for t in tables],
-                    "decimal_handling_mode": mode,
-                    "connector": connector,
-                }
-            },
-            "silver": {
-                f"s_{table}": {
-                    "source": source,
-                    "mode": "scd1",
-                    "keys": ["id"],
-                    "schema": f"id INT, amount{amount}, price DECIMAL(10, 2), "
-                    f"free DECIMAL(20,4), cash {cash}, nums {nums}",
-                }
-            },
-        }
+        schema = (
+            f"id INT, amount{amount}, price DECIMAL(10, 2), free DECIMAL(20,4), cash {cash}, "
+            f"nums {nums}"
+        )
+        return one_table(table, connector, schema, decimal_handling_mode=mode)
 
     with pg_connect(kafka_up) as conn:
         conn.execute(
@@ -180,30 +197,33 @@ def test_a_silver_decimal_at_another_scale_than_its_postgres_column_is_refused_b
             conf = conf_overlay(tmp_path / f"{mode}{amount[-2]}", declare(amount, mode))
             settings = load_settings("test", conf)
             check_decimal_scales(settings, source)
-        # A money column is sent at the connector's money.fraction.digits (2 by default).
-        conf = conf_overlay(tmp_path / "m", declare(" DECIMAL(12,3)", cash="DECIMAL(12,3)"))
-        with pytest.raises(UsageError) as money:
-            check_decimal_scales(load_settings("test", conf), source)
-        assert str(money.value) == (
-            f"silver.s_{table}.schema: cash is DECIMAL(12,3) but public.{table}.cash has "
-            "scale 2; Debezium's precise decimals carry no scale, so silver would read every "
-            "value at scale 3 (off by a factor of 10^1). Declare cash DECIMAL(p,2), or set "
-            "the source's decimal_handling_mode: string"
-        )
+
+        def refusal(column: str, declared: str, sent: int, scale: int, fix: str) -> str:
+            return (
+                f"silver.s_{table}.schema: {column} is {declared} but public.{table}.{column} "
+                f"has scale {sent}; Debezium's precise decimals carry no scale, so silver would "
+                f"read every value at scale {scale} (off by a factor of 10^1). Declare {column} "
+                f"{fix}, or set the source's decimal_handling_mode: string"
+            )
+
+        # A money column is sent at the connector's money.fraction.digits (2 by default); an
+        # array's elements as the column would be.
+        refusals = [
+            ({"cash": "DECIMAL(12,3)"}, ("cash", "DECIMAL(12,3)", 2, 3, "DECIMAL(p,2)")),
+            (
+                {"nums": "ARRAY<DECIMAL(12,2)>"},
+                ("nums", "ARRAY<DECIMAL(12,2)>", 3, 2, "ARRAY<DECIMAL(p,3)>"),
+            ),
+        ]
+        for i, (changed, expected) in enumerate(refusals):
+            conf = conf_overlay(tmp_path / f"r{i}", declare(" DECIMAL(12,3)", **changed))
+            with pytest.raises(UsageError) as refused_here:
+                check_decimal_scales(load_settings("test", conf), source)
+            assert str(refused_here.value) == refusal(*expected)
         connector["config"] = {"money.fraction.digits": "3"}
         conf = conf_overlay(tmp_path / "m3", declare(" DECIMAL(12,3)", cash="DECIMAL(12,3)"))
         check_decimal_scales(load_settings("test", conf), source)
         del connector["config"]
-        # An array's elements are sent as the column would be.
-        conf = conf_overlay(tmp_path / "n", declare(" DECIMAL(12,3)", nums="ARRAY<DECIMAL(12,2)>"))
-        with pytest.raises(UsageError) as array:
-            check_decimal_scales(load_settings("test", conf), source)
-        assert str(array.value) == (
-            f"silver.s_{table}.schema: nums is ARRAY<DECIMAL(12,2)> but public.{table}.nums has "
-            "scale 3; Debezium's precise decimals carry no scale, so silver would read every "
-            "value at scale 2 (off by a factor of 10^1). Declare nums ARRAY<DECIMAL(p,3)>, or "
-            "set the source's decimal_handling_mode: string"
-        )
         # Debezium matches the table list ignoring case; `name: type` is DDL too.
         tables[:] = [f"PUBLIC.{table.upper()}"]
         settings = load_settings("test", conf_overlay(tmp_path / "b", declare(": DECIMAL(12,2)")))
@@ -237,26 +257,11 @@ def test_a_timestamp_or_time_read_in_another_unit_than_the_connector_sends_is_re
     connector = {"name": name, "topic_prefix": prefix, "tables": [f"public.{table}"]}
 
     def declare(encodings: dict[str, str], mode: str = "adaptive") -> dict[str, object]:
-        return {
-            "sources": {
-                source: {
-                    "kind": "cdc",
-                    "topics": [f"{prefix}.public.{table}"],
-                    "time_precision_mode": mode,
-                    "connector": connector,
-                }
-            },
-            "silver": {
-                f"s_{table}": {
-                    "source": source,
-                    "mode": "scd1",
-                    "keys": ["id"],
-                    "schema": "id INT, at3 TIMESTAMP, at6 TIMESTAMP, at0 TIMESTAMP, "
-                    "clock3 STRING, clock STRING, zoned TIMESTAMP, stamps3 ARRAY<TIMESTAMP>",
-                    "encodings": encodings,
-                }
-            },
-        }
+        schema = (
+            "id INT, at3 TIMESTAMP, at6 TIMESTAMP, at0 TIMESTAMP, clock3 STRING, clock STRING, "
+            "zoned TIMESTAMP, stamps3 ARRAY<TIMESTAMP>"
+        )
+        return one_table(table, connector, schema, time_precision_mode=mode, encodings=encodings)
 
     def settings_of(path: str, encodings: dict[str, str], mode: str = "adaptive") -> Settings:
         return load_settings("test", conf_overlay(tmp_path / path, declare(encodings, mode)))
@@ -347,23 +352,8 @@ def test_a_silver_column_over_an_array_type_debezium_does_not_send_is_refused(
             "spans": "ARRAY<BIGINT>",
             "flags": "ARRAY<BINARY>",
         }
-        overlay = {
-            "sources": {
-                source: {
-                    "kind": "cdc",
-                    "topics": [f"{prefix}.public.{table}"],
-                    "connector": connector,
-                }
-            },
-            "silver": {
-                f"s_{table}": {
-                    "source": source,
-                    "mode": "scd1",
-                    "keys": ["id"],
-                    "schema": ", ".join([schema, *[f"{c} {kinds[c]}" for c in declared]]),
-                }
-            },
-        }
+        declared_schema = ", ".join([schema, *[f"{c} {kinds[c]}" for c in declared]])
+        overlay = one_table(table, connector, declared_schema)
         return load_settings("test", conf_overlay(tmp_path / path, overlay))
 
     with pg_connect(kafka_up) as conn:
