@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from lakehouse.connectors import postgres
 from lakehouse.core.errors import ServiceUnreachable
@@ -123,40 +124,71 @@ def postgres_columns(
 ) -> dict[str, list[PostgresColumn]]:
     """column name -> the columns of that name and of one of `data_types` over `tables`.
     `purpose` says why, in the error when PostgreSQL cannot be reached."""
+    lowered = [t.lower() for t in tables]
+    elements = [e for e, name in _ELEMENTS.items() if name in data_types]
+    rows, arrays = _fetch(
+        settings,
+        purpose,
+        # Debezium matches `table.include.list` ignoring case.
+        (
+            "SELECT table_schema || '.' || table_name, column_name, data_type, "
+            "numeric_scale, datetime_precision FROM information_schema.columns "
+            "WHERE data_type = ANY(%s) AND lower(table_schema || '.' || table_name) = ANY(%s)",
+            (list(data_types), lowered),
+        ),
+        # An array's element typmod is only in the catalog (information_schema's
+        # element_types leaves scale and precision null).
+        (
+            "SELECT n.nspname || '.' || c.relname, a.attname, e.typname, a.atttypmod "
+            "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_type t ON t.oid = a.atttypid JOIN pg_type e ON e.oid = t.typelem "
+            "WHERE t.typcategory = 'A' AND a.attnum > 0 AND NOT a.attisdropped "
+            "AND e.typname = ANY(%s) AND lower(n.nspname || '.' || c.relname) = ANY(%s)",
+            (elements, lowered),
+        ),
+    )
+    out: dict[str, list[PostgresColumn]] = {}
+    for column in [PostgresColumn(*row) for row in rows] + [_array(*row) for row in arrays]:
+        out.setdefault(column.name, []).append(column)
+    return out
+
+
+def table_columns(
+    settings: Settings, tables: tuple[str, ...], purpose: str
+) -> dict[str, list[str]]:
+    """`schema.table` -> its column names, for each of `tables` that exists (as Debezium
+    matches them, ignoring case)."""
+    (rows,) = _fetch(
+        settings,
+        purpose,
+        (
+            "SELECT table_schema || '.' || table_name, column_name "
+            "FROM information_schema.columns "
+            "WHERE lower(table_schema || '.' || table_name) = ANY(%s) ORDER BY ordinal_position",
+            ([t.lower() for t in tables],),
+        ),
+    )
+    out: dict[str, list[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, []).append(column)
+    return out
+
+
+def _fetch(settings: Settings, purpose: str, *queries: tuple[str, tuple[object, ...]]) -> list[Any]:
+    """Each query's rows, from `postgres:`'s database (ServiceUnreachable, naming `purpose`,
+    when it cannot be reached)."""
     import psycopg
 
     pg = settings.postgres
-    lowered = [t.lower() for t in tables]
-    elements = [e for e, name in _ELEMENTS.items() if name in data_types]
     try:
         with postgres.connect(settings) as conn:
-            # Debezium matches `table.include.list` ignoring case.
-            rows = conn.execute(
-                "SELECT table_schema || '.' || table_name, column_name, data_type, "
-                "numeric_scale, datetime_precision FROM information_schema.columns "
-                "WHERE data_type = ANY(%s) AND lower(table_schema || '.' || table_name) = ANY(%s)",
-                (list(data_types), lowered),
-            ).fetchall()
-            # An array's element typmod is only in the catalog (information_schema's
-            # element_types leaves scale and precision null).
-            arrays = conn.execute(
-                "SELECT n.nspname || '.' || c.relname, a.attname, e.typname, a.atttypmod "
-                "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "JOIN pg_type t ON t.oid = a.atttypid JOIN pg_type e ON e.oid = t.typelem "
-                "WHERE t.typcategory = 'A' AND a.attnum > 0 AND NOT a.attisdropped "
-                "AND e.typname = ANY(%s) AND lower(n.nspname || '.' || c.relname) = ANY(%s)",
-                (elements, lowered),
-            ).fetchall()
+            return [conn.execute(sql, params).fetchall() for sql, params in queries]
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ServiceUnreachable(
             f"PostgreSQL at {pg.host}:{pg.port} (postgres:), {purpose}: {first}"
         ) from None
-    out: dict[str, list[PostgresColumn]] = {}
-    for column in [PostgresColumn(*row) for row in rows] + [_array(*row) for row in arrays]:
-        out.setdefault(column.name, []).append(column)
-    return out
 
 
 def _array(table: str, name: str, element: str, typmod: int) -> PostgresColumn:

@@ -1,14 +1,21 @@
-"""Before a connector is applied: silver columns over PostgreSQL columns Debezium does not send.
+"""Before a connector is applied: silver columns the connector will never send a value for.
 
-Debezium 3.7's PostgreSQL connector leaves `money[]` and `interval[]` columns out of its
-records and sends a `bit(n)[]` as null, whatever the row holds (seen through the real
-connector). A silver column declared over one would stay NULL, nothing to show for it. So
-`lakehouse connectors apply` refuses such a table, naming the column, before the connector
-streams a row. (A column altered later is caught the next time the connector is applied.)"""
+A silver column that no captured row carries stays NULL, nothing to show for it: a name with a
+typo (`emial`), a column the connector's `column.exclude.list` (or `column.include.list`)
+leaves out, and a PostgreSQL type Debezium does not send: 3.7's PostgreSQL connector leaves
+`money[]` and `interval[]` columns out of its records and sends a `bit(n)[]` as null, whatever
+the row holds (seen through the real connector). So `lakehouse connectors apply` refuses such a
+table, naming the column, before the connector streams a row. Fields Debezium adds itself
+(`__deleted`, `__op`, ... of its ExtractNewRecordState SMT) are not PostgreSQL's, and a
+captured table that does not exist yet is not compared. (A column altered later is caught the
+next time the connector is applied.)"""
 
 from __future__ import annotations
 
-from lakehouse.connectors.catalog import column_types, elsewhere, postgres_columns
+import re
+from collections.abc import Mapping
+
+from lakehouse.connectors.catalog import column_types, elsewhere, postgres_columns, table_columns
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 
@@ -22,23 +29,66 @@ _UNSENT = {
 
 
 def check_unsent(settings: Settings, source_name: str) -> None:
-    """Refuse (UsageError) a silver table of `source_name` that declares a column over a
-    PostgreSQL array column Debezium does not send."""
+    """Refuse (UsageError) a silver table of `source_name` that declares a column the
+    connector will not send: not in any captured table, left out by its column lists, or
+    of a PostgreSQL array type Debezium does not send."""
     connector = settings.sources[source_name].connector
-    if connector is None or elsewhere(settings, source_name, "unsent column types"):
+    if connector is None or elsewhere(settings, source_name, "unsent columns"):
         return
-    purpose = "to find the captured columns Debezium does not send before applying"
-    columns = postgres_columns(settings, connector.tables, tuple(_UNSENT), purpose)
+    purpose = "to find the silver columns the connector would not send before applying"
+    captured = table_columns(settings, connector.tables, purpose)
+    arrays = postgres_columns(settings, connector.tables, tuple(_UNSENT), purpose)
     for table_name, table in settings.silver.items():
         if table.source != source_name:
             continue
         for column in column_types(table.schema):
-            for pg in columns.get(column, []):
+            where = f"silver.{table_name}.schema: {column}"
+            problem = _not_sent(column, captured, connector.config)
+            if problem:
+                raise UsageError(f"{where} {problem}")
+            for pg in arrays.get(column, []):
                 if pg.array:
                     what, instead = _UNSENT[pg.data_type]
                     raise UsageError(
-                        f"silver.{table_name}.schema: {column} is read from "
-                        f"{pg.table}.{column}, a {pg.type_text}, which Debezium {what}: it "
-                        f"would stay NULL. Remove {column} from the schema, or keep the values "
-                        f"in PostgreSQL as {instead}"
+                        f"{where} is read from {pg.table}.{column}, a {pg.type_text}, which "
+                        f"Debezium {what}: it would stay NULL. Remove {column} from the "
+                        f"schema, or keep the values in PostgreSQL as {instead}"
                     )
+
+
+def _not_sent(column: str, captured: Mapping[str, list[str]], config: Mapping[str, str]) -> str:
+    """Why no captured table sends `column` ('' when one does, or nothing can tell)."""
+    if not captured or column.startswith("__"):
+        return ""
+    having = [
+        f"{table}.{name}"
+        for table, names in captured.items()
+        for name in names
+        if name.lower() == column.lower()
+    ]
+    if not having:
+        return (
+            f"is not a column of {', '.join(captured)}: it would stay NULL. Fix the name, or "
+            "add the column in PostgreSQL before applying the connector"
+        )
+    kept = [c for c in having if _kept(c, config)]
+    if not kept:
+        return (
+            f"is left out by the connector's column.include.list/column.exclude.list "
+            f"({', '.join(having)}): it would stay NULL. Remove {column} from the schema, or "
+            "capture the column"
+        )
+    return ""
+
+
+def _kept(qualified: str, config: Mapping[str, str]) -> bool:
+    """Whether Debezium's column lists keep `schema.table.column` (anchored regular
+    expressions, comma-separated, matched ignoring case)."""
+
+    def matches(key: str) -> bool:
+        patterns = [p.strip() for p in config.get(key, "").split(",") if p.strip()]
+        return any(re.fullmatch(p, qualified, re.IGNORECASE) for p in patterns)
+
+    if config.get("column.include.list", "").strip():
+        return matches("column.include.list")
+    return not matches("column.exclude.list")

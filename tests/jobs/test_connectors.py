@@ -335,49 +335,66 @@ def test_a_timestamp_or_time_read_in_another_unit_than_the_connector_sends_is_re
             conn.execute(f"DROP TABLE IF EXISTS public.{table}")
 
 
-def test_a_silver_column_over_an_array_type_debezium_does_not_send_is_refused(
+def test_a_silver_column_the_connector_would_never_send_is_refused(
     kafka_up: Settings, tmp_path: Path
 ) -> None:
-    """Debezium 3.7 leaves money[] and interval[] out of its records and sends bit(n)[] as
-    null: a silver column over one would stay NULL. Scalars of those types are sent."""
+    """A silver column no captured row carries would stay NULL: a typo, a column the
+    connector's column lists leave out, or an array type Debezium 3.7 does not send (it leaves
+    money[] and interval[] out of its records and sends bit(n)[] as null; scalars of those
+    types are sent). Fields Debezium adds (`__deleted`) are not PostgreSQL's."""
     table = f"t_{uuid.uuid4().hex[:8]}"
     source, prefix = f"cdc_{table}", f"p{table[-8:]}"
-    columns = ["cashes", "spans", "flags"]
+    base = "id INT, cash DECIMAL(12,2), span BIGINT, flag BINARY, `Note` STRING, __deleted STRING"
 
-    def settings_of(path: str, declared: list[str]) -> Settings:
-        connector = {"topic_prefix": prefix, "tables": [f"public.{table}"]}
-        schema = ", ".join(["id INT", "cash DECIMAL(12,2)", "span BIGINT", "flag BINARY"])
-        kinds = {
-            "cashes": "ARRAY<DECIMAL(12,2)>",
-            "spans": "ARRAY<BIGINT>",
-            "flags": "ARRAY<BINARY>",
-        }
-        declared_schema = ", ".join([schema, *[f"{c} {kinds[c]}" for c in declared]])
-        overlay = one_table(table, connector, declared_schema)
+    def settings_of(path: str, more: str = "", config: dict[str, str] | None = None) -> Settings:
+        connector = {"topic_prefix": prefix, "tables": [f"public.{table}"], "config": config or {}}
+        overlay = one_table(table, connector, base + more)
         return load_settings("test", conf_overlay(tmp_path / path, overlay))
 
     with pg_connect(kafka_up) as conn:
         conn.execute(
             f"CREATE TABLE public.{table} (id int PRIMARY KEY, cash money, span interval, "
-            "flag bit(3), cashes money[], spans interval[], flags bit(3)[])"
+            "flag bit(3), note text, cashes money[], spans interval[], flags bit(3)[])"
         )
+    where = f"public.{table}"
     try:
-        refused = []
-        for i in range(len(columns)):
-            with pytest.raises(UsageError) as here:
-                check_unsent(settings_of(f"r{i}", columns[i:]), source)
-            refused.append(str(here.value))
-        assert refused == [
-            f"silver.s_{table}.schema: {column} is read from public.{table}.{column}, a "
-            f"{pg}, which Debezium {what}: it would stay NULL. Remove {column} from the "
-            f"schema, or keep the values in PostgreSQL as {instead}"
-            for column, pg, what, instead in [
-                ("cashes", "money[]", "leaves it out of every record", "numeric(p,s)[]"),
-                ("spans", "interval[]", "leaves it out of every record", "text[]"),
-                ("flags", "bit[]", "sends it as null", "text[] or varbit"),
-            ]
+        dropped, nulled = "leaves it out of every record", "sends it as null"
+        cases = [
+            ("cashes ARRAY<DECIMAL(12,2)>", "money[]", dropped, "numeric(p,s)[]"),
+            ("spans ARRAY<BIGINT>", "interval[]", dropped, "text[]"),
+            ("flags ARRAY<BINARY>", "bit[]", nulled, "text[] or varbit"),
         ]
-        check_unsent(settings_of("ok", []), source)
+        for i, (more, pg, what, instead) in enumerate(cases):
+            column = more.split()[0]
+            with pytest.raises(UsageError) as here:
+                check_unsent(settings_of(f"a{i}", f", {more}"), source)
+            assert str(here.value) == (
+                f"silver.s_{table}.schema: {column} is read from {where}.{column}, a {pg}, "
+                f"which Debezium {what}: it would stay NULL. Remove {column} from the schema, "
+                f"or keep the values in PostgreSQL as {instead}"
+            )
+        with pytest.raises(UsageError) as typo:
+            check_unsent(settings_of("typo", ", emial STRING"), source)
+        assert str(typo.value) == (
+            f"silver.s_{table}.schema: emial is not a column of {where}: it would stay NULL. "
+            "Fix the name, or add the column in PostgreSQL before applying the connector"
+        )
+        left_out = (
+            f"silver.s_{table}.schema: cash is left out by the connector's "
+            f"column.include.list/column.exclude.list ({where}.cash): it would stay NULL. "
+            "Remove cash from the schema, or capture the column"
+        )
+        for i, config in enumerate(
+            [
+                {"column.exclude.list": f"public\\.{table}\\.(cash|other)"},
+                {"column.include.list": f"PUBLIC.{table.upper()}.(id|span|flag|note)"},
+            ]
+        ):
+            with pytest.raises(UsageError) as excluded:
+                check_unsent(settings_of(f"x{i}", "", config), source)
+            assert str(excluded.value) == left_out
+        check_unsent(settings_of("ok"), source)
+        check_unsent(settings_of("kept", "", {"column.exclude.list": "public.other.cash"}), source)
     finally:
         with pg_connect(kafka_up) as conn:
             conn.execute(f"DROP TABLE IF EXISTS public.{table}")
