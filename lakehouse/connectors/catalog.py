@@ -1,6 +1,6 @@
 """What the checks before a connector is applied read: a silver table's top-level columns from
-its Spark DDL, and the captured PostgreSQL columns from `information_schema`
-(`lakehouse.connectors.scales`, `lakehouse.connectors.units`)."""
+its Spark DDL, and the captured PostgreSQL columns from `information_schema` (an array's
+element type from `pg_catalog`): `lakehouse.connectors.scales`, `.units` and `.unsent`."""
 
 from __future__ import annotations
 
