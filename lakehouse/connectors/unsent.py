@@ -60,17 +60,20 @@ def _not_sent(column: str, captured: Mapping[str, list[str]], config: Mapping[st
     """Why no captured table sends `column` ('' when one does, or nothing can tell)."""
     if not captured or column.startswith("__"):
         return ""
-    having = [
-        f"{table}.{name}"
-        for table, names in captured.items()
-        for name in names
-        if name.lower() == column.lower()
-    ]
-    if not having:
+    having = [f"{table}.{name}" for table, names in captured.items() for name in names]
+    if column not in [h.rsplit(".", 1)[1] for h in having]:
+        # Debezium names a field as PostgreSQL does; silver's parse matches names exactly.
+        other = [h for h in having if h.rsplit(".", 1)[1].lower() == column.lower()]
+        if other:
+            return (
+                f"is {other[0]} in PostgreSQL, and silver reads a field by its name as sent, "
+                f"case and all: it would stay NULL. Name the column {other[0].rsplit('.', 1)[1]}"
+            )
         return (
             f"is not a column of {', '.join(captured)}: it would stay NULL. Fix the name, or "
             "add the column in PostgreSQL before applying the connector"
         )
+    having = [h for h in having if h.rsplit(".", 1)[1] == column]
     kept = [c for c in having if _kept(c, config)]
     if not kept:
         return (

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from lakehouse.core.specs import SourceSettings
 
 # Kafka Connect names, replication slots and `schema.table` names as Debezium takes them.
@@ -117,6 +119,7 @@ def check_connector(source: SourceSettings, connector: ConnectorSettings) -> Non
             f"'connector.config.money.fraction.digits' {digits!r}: Debezium's scale for a "
             "money column, a whole number (2 by default)"
         )
+    _check_column_lists(connector.config)
     for key, own in _SOURCE_OWNED.items():
         if key in connector.config and connector.config[key] != getattr(source, own):
             raise ValueError(
@@ -124,3 +127,24 @@ def check_connector(source: SourceSettings, connector: ConnectorSettings) -> Non
                 f"source's '{own}' {getattr(source, own)!r}: set '{own}' on the source (the "
                 "connector gets it from there, and silver decodes by it)"
             )
+
+
+def _check_column_lists(config: Mapping[str, str]) -> None:
+    """Debezium's column lists are comma-separated regular expressions; `connectors apply`
+    matches them too (`lakehouse.connectors.unsent`), so each must compile, and Debezium
+    refuses both lists at once."""
+    lists = [k for k in ("column.include.list", "column.exclude.list") if config.get(k, "")]
+    if len(lists) == 2:
+        raise ValueError(
+            "'connector.config.column.include.list' and 'column.exclude.list' are both set: "
+            "Debezium takes one of them, keep one"
+        )
+    for key in lists:
+        for pattern in [p.strip() for p in config[key].split(",") if p.strip()]:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f"'connector.config.{key}' pattern {pattern!r} is not a regular "
+                    f"expression ({exc}): fix it"
+                ) from None

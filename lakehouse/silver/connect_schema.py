@@ -80,9 +80,9 @@ def checked(
 
 def image_fields(record: Column, image_is_root: Column) -> Column:
     """The Connect schema of a record's row image, as a struct of parallel arrays (`field`,
-    `type`, `name`, `parameters`), null when the record carries no schema: the envelope's
-    `after` (the same schema as `before`), or the whole record's (a flattened record, a
-    tombstone's key)."""
+    `type`, `name`, `parameters`, `items`: an array's element schema), null when the record
+    carries no schema: the envelope's `after` (the same schema as `before`), or the whole
+    record's (a flattened record, a tombstone's key)."""
     from pyspark.sql import functions as F
 
     def of(top: Column) -> Column:

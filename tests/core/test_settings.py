@@ -325,6 +325,23 @@ def test_a_cdc_source_declares_its_connector_and_the_connector_gets_its_modes(
             r"'connector.config.money.fraction.digits' 'two': Debezium's scale for a money "
             r"column, a whole number \(2 by default\)",
         ),
+        (
+            (
+                "tables: [public.customers]",
+                "tables: [public.customers]\n      config: {column.exclude.list: 'public.c(x'}",
+            ),
+            r"'connector.config.column.exclude.list' pattern 'public.c\(x' is not a regular "
+            r"expression \(missing \), unterminated subpattern at position 8\): fix it",
+        ),
+        (
+            (
+                "tables: [public.customers]",
+                "tables: [public.customers]\n      config: {column.include.list: public.c.id, "
+                "column.exclude.list: public.c.name}",
+            ),
+            r"'connector.config.column.include.list' and 'column.exclude.list' are both set: "
+            r"Debezium takes one of them, keep one",
+        ),
     ],
 )
 def test_a_connector_that_would_not_feed_its_source_is_refused_at_load(

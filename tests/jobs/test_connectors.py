@@ -344,7 +344,7 @@ def test_a_silver_column_the_connector_would_never_send_is_refused(
     types are sent). Fields Debezium adds (`__deleted`) are not PostgreSQL's."""
     table = f"t_{uuid.uuid4().hex[:8]}"
     source, prefix = f"cdc_{table}", f"p{table[-8:]}"
-    base = "id INT, cash DECIMAL(12,2), span BIGINT, flag BINARY, `Note` STRING, __deleted STRING"
+    base = "id INT, cash DECIMAL(12,2), span BIGINT, flag BINARY, note STRING, __deleted STRING"
 
     def settings_of(path: str, more: str = "", config: dict[str, str] | None = None) -> Settings:
         connector = {"topic_prefix": prefix, "tables": [f"public.{table}"], "config": config or {}}
@@ -378,6 +378,13 @@ def test_a_silver_column_the_connector_would_never_send_is_refused(
         assert str(typo.value) == (
             f"silver.s_{table}.schema: emial is not a column of {where}: it would stay NULL. "
             "Fix the name, or add the column in PostgreSQL before applying the connector"
+        )
+        # Silver reads a field by its exact name (PostgreSQL folds `Note` to note).
+        with pytest.raises(UsageError) as case:
+            check_unsent(settings_of("case", ", `Flags` ARRAY<BINARY>"), source)
+        assert str(case.value) == (
+            f"silver.s_{table}.schema: Flags is {where}.flags in PostgreSQL, and silver reads "
+            "a field by its name as sent, case and all: it would stay NULL. Name the column flags"
         )
         left_out = (
             f"silver.s_{table}.schema: cash is left out by the connector's "
