@@ -16,6 +16,7 @@ crash before the commit leaves nothing behind, one after it leaves a finished ru
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import uuid
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 JOB = "build_gold"
+CHANGED = "its definition in conf/*/gold.yml changed since the last build"
 PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
 
 
@@ -66,6 +68,7 @@ class Plan:
     run_id: str
     since: State | None  # None: build the whole table
     until: State
+    definition: str  # `definition(gold)` of the build
 
 
 @dataclass
@@ -114,18 +117,35 @@ def build_gold(spark: SparkSession, settings: Settings, options: GoldOptions) ->
         full_refresh(spark, settings, options.table)
     result = GoldResult(options.table)
     last = last_build(spark, path)
+    shape = definition(gold)
+    if last is not None and last.get("definition") != shape:
+        # The untouched groups hold the old definition's values: recomputing only the touched
+        # ones would leave them so (a build that recorded none predates the check).
+        log.warning("gold.%s: %s; rebuilding", options.table, CHANGED)
+        full_refresh(spark, settings, options.table, CHANGED)
+        last = None
     if last is None:  # a new table, or one whose last build left no trace: build it all
         tables.create_table(
             spark, path, aggregate.aggregate(sample.limit(0), gold).schema, PROPERTIES
         )
-        plan = Plan(1, uuid.uuid4().hex[:12], None, state)
+        plan = Plan(1, uuid.uuid4().hex[:12], None, state, shape)
     elif last["until"] == state:
         return result
     else:
-        plan = Plan(int(last["n"]) + 1, str(last["run_id"]), last["until"], state)
+        plan = Plan(int(last["n"]) + 1, str(last["run_id"]), last["until"], state, shape)
     result.plan = plan
     _execute(spark, settings, options.table, gold, src, plan, result)
     return result
+
+
+def definition(gold: GoldTableSettings) -> str:
+    """A fingerprint of what decides a gold table's rows: its source, groups, aggregates and
+    the expectations that keep groups out (drop, quarantine). Recorded with every build."""
+    shaping = [(e.name, e.sql, e.action) for e in gold.expectations if e.action != "warn"]
+    text = json.dumps(
+        [gold.source, gold.group_by, gold.aggregates, shaping], sort_keys=True, default=str
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def rows_changed(metrics: dict[str, Any]) -> int:
@@ -160,12 +180,14 @@ def last_build(spark: SparkSession, path: str, look_back: int = 50) -> dict[str,
     return None
 
 
-def full_refresh(spark: SparkSession, settings: Settings, name: str) -> None:
+def full_refresh(spark: SparkSession, settings: Settings, name: str, reason: str = "") -> None:
     """Drop the gold table (it is derived: the next run rebuilds it from its source); the
-    refresh is recorded in `_system/gold_log`, the metrics keep their history."""
+    refresh is recorded in `_system/gold_log` (with `reason` when it was not asked for), the
+    metrics keep their history."""
     fs.delete(spark, gold_path(settings, name))
+    record = {"event": "full_refresh", "subject": f"gold.{name}"}
     system.append_log(
-        spark, settings, system.GOLD_LOG, {"event": "full_refresh", "subject": f"gold.{name}"}
+        spark, settings, system.GOLD_LOG, {**record, **({"reason": reason} if reason else {})}
     )
 
 
@@ -188,7 +210,16 @@ def _execute(
     app_id = f"{JOB}:{name}:{plan.run_id}"
     checks.record(spark, settings, name, plan, checked, app_id)  # same transaction id: once
     faults.point("before_gold_commit")
-    marker = json.dumps({JOB: {"n": plan.n, "run_id": plan.run_id, "until": plan.until}})
+    marker = json.dumps(
+        {
+            JOB: {
+                "n": plan.n,
+                "run_id": plan.run_id,
+                "until": plan.until,
+                "definition": plan.definition,
+            }
+        }
+    )
     with runtime_conf(spark, tables.user_metadata_conf(marker)):
         if keys is None:
             tables.overwrite_once(checked.kept, path, app_id, plan.n)

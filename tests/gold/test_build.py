@@ -143,6 +143,45 @@ def test_a_run_recomputes_only_the_groups_a_change_touched(
     assert build_gold(spark, settings, GoldOptions(name)).plan is None
 
 
+def test_a_changed_definition_rebuilds_every_group_not_only_the_touched_ones(
+    spark: SparkSession, settings: Settings
+) -> None:
+    """Recomputing only the touched groups after the YAML changed would leave the others at
+    the old definition, silently (same column types: the MERGE takes them)."""
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    name, settings = with_gold(settings, realtime)
+    path = realtime_path(settings, offline)
+    first = [
+        (1, 1, Decimal("10.00"), 0, "u", 1),
+        (2, 1, Decimal("20.00"), 0, "u", 2),
+        (3, 2, Decimal("5.00"), 1, "u", 3),
+    ]
+    apply_events(spark, path, first)
+    build_gold(spark, settings, GoldOptions(name))
+    spec = settings.gold[name]
+    tenfold = replace(spec, aggregates={**spec.aggregates, "orders": "count(*) * 10"})
+    settings = replace(settings, gold={**settings.gold, name: tenfold})
+    apply_events(spark, path, [(3, 2, Decimal("6.00"), 1, "u", 4)])  # touches day 1 only
+    result = build_gold(spark, settings, GoldOptions(name)).describe()
+    day0, day1 = T0.date(), (T0 + timedelta(days=1)).date()
+    expected = [
+        (day0, 1, Decimal("30.00"), 20, Decimal("20.00")),
+        (day1, 2, Decimal("6.00"), 10, Decimal("6.00")),
+    ]
+    assert_gold(spark, settings, name, spark.createDataFrame(expected, GOLD))
+    assert result.startswith(f"gold.{name}: rebuilt run 1:"), result
+    (refresh,) = system.read_log(spark, settings, system.GOLD_LOG, f"gold.{name}")
+    assert (refresh["event"], refresh["reason"]) == (
+        "full_refresh",
+        "its definition in conf/*/gold.yml changed since the last build",
+    )
+    # The same definition again: incremental.
+    apply_events(spark, path, [(2, 1, Decimal("21.00"), 0, "u", 5)])
+    again = build_gold(spark, settings, GoldOptions(name)).describe()
+    assert again.startswith(f"gold.{name}: incremental run 2:"), again
+
+
 def test_bad_aggregates_fail_before_anything_is_written(
     spark: SparkSession, settings: Settings
 ) -> None:
