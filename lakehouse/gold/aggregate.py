@@ -2,10 +2,10 @@
 of some groups, and the MERGE source that sets those groups to their recomputed values.
 
 A gold table is `SELECT <group_by>, <aggregates> FROM source GROUP BY <group_by>`. An
-incremental run recomputes the groups a change touched from the source's current rows, rather
-than patching the old aggregate with the change: so any aggregate Spark SQL can compute stays
-exact (sum, count, min, max, count(DISTINCT ...), percentile_approx, ...), and a group whose
-rows are all gone is deleted.
+incremental run recomputes the groups a change touched from the source's current rows (unless
+`lakehouse.gold.patch` can patch them): so any aggregate Spark SQL can compute stays exact
+(sum, count, min, max, count(DISTINCT ...), percentile_approx, ...), and a group whose rows
+are all gone is deleted.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def group_keys(frames: Sequence[DataFrame], gold: GoldTableSettings) -> DataFram
     return reduce(lambda a, b: a.unionByName(b), keyed).distinct()
 
 
-def _same_group(left: str, right: str, gold: GoldTableSettings) -> Column:
+def same_group(left: str, right: str, gold: GoldTableSettings) -> Column:
     from pyspark.sql import functions as F
 
     tests = [F.col(f"{left}.`{n}`").eqNullSafe(F.col(f"{right}.`{n}`")) for n in gold.group_by]
@@ -79,7 +79,7 @@ def merge_source(keys: DataFrame, recomputed: DataFrame, gold: GoldTableSettings
     from pyspark.sql import functions as F
 
     values = recomputed.withColumn(PRESENT, F.lit(True)).alias("r")
-    joined = keys.alias("k").join(values, _same_group("k", "r", gold), "left")
+    joined = keys.alias("k").join(values, same_group("k", "r", gold), "left")
     return joined.select(
         *[F.col(f"k.`{n}`").alias(n) for n in gold.group_by],
         *[F.col(f"r.`{n}`").alias(n) for n in gold.aggregates],

@@ -1,14 +1,17 @@
 """`build_gold`: a gold table kept equal to a full recompute of its source, incrementally.
 
 A run pins the source's state, reads what changed since the state the previous run built
-(`lakehouse.gold.source`), recomputes exactly the touched groups from the source's rows at the
-pinned state, checks them against the table's expectations, and MERGEs them into gold: a group
-with rows is inserted or updated, one without is deleted. The first run, `--full-refresh`, or a
-change feed that is no longer there rebuilds the table from the source.
+(`lakehouse.gold.source`), brings exactly the touched groups up to date (patched from the
+change feed's images when the aggregates allow it, `lakehouse.gold.patch`, else recomputed
+from the source's rows at the pinned state), checks them against the table's expectations, and
+MERGEs them into gold: a group with rows is inserted or updated, one without is deleted. The
+first run, `--full-refresh`, a change feed that is no longer there, a changed definition and a
+source table rebuilt since the last build rebuild the table from the source.
 
 Idempotent, and its own bookkeeping: a run is ONE commit to the gold table (a MERGE, or an
 overwrite when it rebuilds) that carries, as the commit's user metadata, the run's number, the
-table's build id and the source state it built, and the Delta transaction (build id, number).
+table's build id, the source state it built (versions, and which commits they were) and the
+definition's fingerprint, and the Delta transaction (build id, number).
 The next run reads that state back from the gold table's log (a file read, no Spark job); a
 crash before the commit leaves nothing behind, one after it leaves a finished run.
 """
@@ -24,12 +27,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import faults, fs, system, tables
+from lakehouse.core.columns import named
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import runtime_conf
 from lakehouse.core.specs import GoldTableSettings, parse_duration
 from lakehouse.core.streaming import check_trigger, repeat
-from lakehouse.gold import aggregate, checks, source
+from lakehouse.gold import aggregate, checks, patch, source
 from lakehouse.gold.source import Source, State
 
 if TYPE_CHECKING:
@@ -69,6 +73,7 @@ class Plan:
     since: State | None  # None: build the whole table
     until: State
     definition: str  # `definition(gold)` of the build
+    commits: dict[str, str | None]  # `source.commits` of `until`
 
 
 @dataclass
@@ -76,14 +81,16 @@ class GoldResult:
     table: str
     plan: Plan | None = None
     groups: int = 0  # gold rows the run inserted, updated or deleted
+    how: str = ""  # an incremental run's groups: patched | recomputed
     counts: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         if self.plan is None:
             return f"gold.{self.table}: up to date"
         kind = "rebuilt" if self.plan.since is None else "incremental"
+        how = f" {self.how} and" if self.how else ""
         return (
-            f"gold.{self.table}: {kind} run {self.plan.n}: {self.groups} group row(s) "
+            f"gold.{self.table}: {kind} run {self.plan.n}: {self.groups} group row(s){how} "
             f"written or deleted; source state {self.plan.until}"
         )
 
@@ -118,24 +125,40 @@ def build_gold(spark: SparkSession, settings: Settings, options: GoldOptions) ->
     result = GoldResult(options.table)
     last = last_build(spark, path)
     shape = definition(gold)
-    if last is not None and last.get("definition") != shape:
-        # The untouched groups hold the old definition's values: recomputing only the touched
-        # ones would leave them so (a build that recorded none predates the check).
-        log.warning("gold.%s: %s; rebuilding", options.table, CHANGED)
-        full_refresh(spark, settings, options.table, CHANGED)
+    stale = None if last is None else _stale(spark, settings, src, last, shape)
+    if stale:
+        log.warning("gold.%s: %s; rebuilding", options.table, stale)
+        full_refresh(spark, settings, options.table, stale)
         last = None
+    read = source.commits(spark, settings, src, state)
     if last is None:  # a new table, or one whose last build left no trace: build it all
         tables.create_table(
             spark, path, aggregate.aggregate(sample.limit(0), gold).schema, PROPERTIES
         )
-        plan = Plan(1, uuid.uuid4().hex[:12], None, state, shape)
+        plan = Plan(1, uuid.uuid4().hex[:12], None, state, shape, read)
     elif last["until"] == state:
         return result
     else:
-        plan = Plan(int(last["n"]) + 1, str(last["run_id"]), last["until"], state, shape)
+        plan = Plan(int(last["n"]) + 1, str(last["run_id"]), last["until"], state, shape, read)
     result.plan = plan
     _execute(spark, settings, options.table, gold, src, plan, result)
     return result
+
+
+def _stale(
+    spark: SparkSession,
+    settings: Settings,
+    src: Source,
+    last: dict[str, Any],
+    shape: str,
+) -> str | None:
+    """Why the gold table must be rebuilt rather than brought up to date, or None. Its
+    untouched groups would keep the old definition's values; a source table rebuilt since the
+    last build has another change feed. (A build that recorded neither predates the checks.)"""
+    if last.get("definition") != shape:
+        return CHANGED
+    gone = source.replaced(spark, settings, src, last["until"], last.get("commits") or {})
+    return None if gone is None else f"{gone} is not the table the last build read (rebuilt since)"
 
 
 def definition(gold: GoldTableSettings) -> str:
@@ -201,10 +224,10 @@ def _execute(
     result: GoldResult,
 ) -> None:
     rows = source.rows(spark, settings, src, plan.until)
-    keys = _touched_groups(spark, settings, name, gold, src, plan)
-    recomputed = aggregate.aggregate(
-        rows if keys is None else aggregate.in_groups(rows, keys, gold), gold
-    )
+    touched = _touched(spark, settings, name, gold, src, plan, rows)
+    keys = None if touched is None else touched.keys
+    result.how = "" if touched is None else touched.how
+    recomputed = aggregate.aggregate(rows, gold) if touched is None else touched.values
     checked = checks.apply(spark, settings, name, gold, recomputed, plan)
     path = gold_path(settings, name)
     app_id = f"{JOB}:{name}:{plan.run_id}"
@@ -217,6 +240,7 @@ def _execute(
                 "run_id": plan.run_id,
                 "until": plan.until,
                 "definition": plan.definition,
+                "commits": plan.commits,
             }
         }
     )
@@ -227,37 +251,92 @@ def _execute(
             changes = aggregate.merge_source(keys, checked.kept, gold)
             _merge(spark, path, gold, changes, app_id, plan.n)
     faults.point("after_gold_commit")
-    if keys is not None:
-        keys.unpersist()
+    if touched is not None:
+        touched.cached.unpersist()
     built = last_build(spark, path) or {}
     metrics = built.get("metrics", {})
     result.groups = rows_changed(metrics)
     result.counts = checked.counts
 
 
-def _touched_groups(
+@dataclass
+class Touched:
+    keys: DataFrame  # the groups the source's changes touched
+    values: DataFrame  # their new gold rows (those that still have rows)
+    cached: DataFrame  # persisted for the run
+    how: str  # patched | recomputed
+
+
+def _touched(
     spark: SparkSession,
     settings: Settings,
     name: str,
     gold: GoldTableSettings,
     src: Source,
     plan: Plan,
-) -> DataFrame | None:
-    """The groups the source's changes since the last build touched (cached); None to
-    rebuild: the first build, or a change feed that is gone."""
+    rows: DataFrame,
+) -> Touched | None:
+    """The groups the source's changes since the last build touched and their new rows,
+    patched (`lakehouse.gold.patch`) or recomputed from `rows`; None to rebuild: the first
+    build, or a change feed that is gone."""
     if plan.since is None:
         return None
     try:
-        keys = aggregate.group_keys(
-            source.changed(spark, settings, src, plan.since, plan.until), gold
-        ).persist()
-        keys.count()
+        patched = _patched(spark, settings, name, gold, src, plan, rows)
+        return patched or _recomputed(spark, settings, gold, src, plan, rows)
     except Exception as exc:
         if "changeDataFeed" not in str(exc) and "VersionNotFound" not in str(exc):
             raise
         log.warning("gold.%s: change feed unavailable (%s); rebuilding", name, exc)
         return None
-    return keys
+
+
+def _recomputed(
+    spark: SparkSession,
+    settings: Settings,
+    gold: GoldTableSettings,
+    src: Source,
+    plan: Plan,
+    rows: DataFrame,
+) -> Touched:
+    assert plan.since is not None
+    keys = aggregate.group_keys(source.changed(spark, settings, src, plan.since, plan.until), gold)
+    keys = keys.persist()
+    keys.count()
+    values = aggregate.aggregate(aggregate.in_groups(rows, keys, gold), gold)
+    return Touched(keys, values, keys, "recomputed")
+
+
+def _patched(
+    spark: SparkSession,
+    settings: Settings,
+    name: str,
+    gold: GoldTableSettings,
+    src: Source,
+    plan: Plan,
+    rows: DataFrame,
+) -> Touched | None:
+    """The touched groups patched from the old gold rows, the ones a patch cannot tell
+    recomputed; None when the table's aggregates or source cannot be patched."""
+    from pyspark.sql import functions as F
+
+    assert plan.since is not None
+    found = patch.terms(gold, rows.limit(0))
+    images = None if found is None else source.images(spark, settings, src, plan.since, plan.until)
+    if found is None or images is None:
+        return None
+    path = gold_path(settings, name)  # pinned: the MERGE changes it while `values` is cached
+    version = tables.latest_version(spark, path)
+    old = spark.read.format("delta").option("versionAsOf", version).load(path)
+    types = {f.name: f.dataType for f in old.schema.fields}
+    values = patch.patched(patch.deltas(images, gold, found), old, gold, found, types).persist()
+    groups = [named(n) for n in gold.group_by]
+    unsure = values.where(F.col(patch.AMBIGUOUS)).select(*groups)
+    sure = values.where(~F.col(patch.AMBIGUOUS) & F.col(aggregate.PRESENT))
+    sure = sure.select(*groups, *[named(n) for n in gold.aggregates])
+    if not unsure.isEmpty():
+        sure = sure.unionByName(aggregate.aggregate(aggregate.in_groups(rows, unsure, gold), gold))
+    return Touched(values.select(*groups), sure, values, "patched")
 
 
 def _merge(

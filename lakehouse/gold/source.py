@@ -22,6 +22,7 @@ from lakehouse.offline import buckets, hybrid, store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,52 @@ def pin(spark: SparkSession, settings: Settings, source: Source) -> State:
     }
 
 
+def commits(
+    spark: SparkSession, settings: Settings, source: Source, state: State
+) -> dict[str, str | None]:
+    """Which commit each of the state's versions is (Delta's `txnId`, else its timestamp;
+    None when its log file is gone): a table rebuilt since (a full refresh starts its versions
+    over) has other commits at the same versions, and its change feed is another table's."""
+    return {
+        key: _commit_id(spark, path, state[key])
+        for key, path, _name in _tables(settings, source)
+        if state.get(key) is not None
+    }
+
+
+def replaced(
+    spark: SparkSession,
+    settings: Settings,
+    source: Source,
+    state: State,
+    recorded: dict[str, str | None],
+) -> str | None:
+    """The name of the first of the source's tables that is not the one a build of `state`
+    read (its commit there is not the `recorded` one), or None."""
+    now = commits(spark, settings, source, state)
+    for key, _path, name in _tables(settings, source):
+        if key in now and (now[key] is None or now[key] != recorded.get(key)):
+            return name
+    return None
+
+
+def _tables(settings: Settings, source: Source) -> list[tuple[str, str, str]]:
+    """(state key, path, name) of each table the source reads."""
+    if source.kind == "silver":
+        name = f"silver.{source.name}"
+        return [("silver", tables.table_path(settings, name), name)]
+    spec = settings.offline_table(source.name)
+    return [
+        ("realtime", store.realtime_path(settings, spec), f"silver.{spec.realtime}"),
+        ("offline", store.offline_path(settings, source.name), f"offline.{source.name}"),
+    ]
+
+
+def _commit_id(spark: SparkSession, path: str, version: int) -> str | None:
+    info = tables.commit_info(spark, path, version)
+    return None if info is None else str(info.get("txnId") or info.get("timestamp"))
+
+
 def rows(spark: SparkSession, settings: Settings, source: Source, state: State) -> DataFrame:
     """The source's current rows at `state`."""
     if source.kind == "silver":
@@ -102,6 +149,72 @@ def changed(
     if before != after:
         frames += _switched(spark, settings, source.name, state, before, after)
     return frames
+
+
+def images(
+    spark: SparkSession, settings: Settings, source: Source, since: State, state: State
+) -> DataFrame | None:
+    """The rows that entered (`_lh_w` 1) or left (-1) the source between the two states: the
+    Change Data Feed's images of the rows it serves (`lakehouse.gold.patch`). None when the
+    hybrid view's boundary moved in between (rows changed sides: recomputed)."""
+    if source.kind == "silver":
+        path = tables.table_path(settings, f"silver.{source.name}")
+        return _weighted(_changes(spark, path, since["silver"], state["silver"]))
+    if (since["boundary"], since["boundary_seq"]) != (state["boundary"], state["boundary_seq"]):
+        return None
+    spec = settings.offline_table(source.name)
+    rt_path = store.realtime_path(settings, spec)
+    realtime = _changes(spark, rt_path, since["realtime"], state["realtime"])
+    boundary = _instant(state["boundary"])
+    if boundary is None:  # nothing moved yet: the view is the realtime table
+        return _weighted(realtime)
+    kind = realtime.schema[spec.time_column].dataType
+    served = realtime.where(
+        buckets.not_before_sql(spec.time_column, spec.time_format, kind, boundary)
+    )
+    frames = [_weighted(served)]
+    if since["offline"] != state["offline"]:
+        off_path = store.offline_path(settings, source.name)
+        offline = _changes(spark, off_path, since["offline"], state["offline"])
+        offline = offline.where(f"{store.BUCKET} < {buckets.timestamp_sql(boundary)}")
+        frames.append(_in_columns(_weighted(offline), frames[0].schema))
+    return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+
+
+def _changes(spark: SparkSession, path: str, since: int, until: int) -> DataFrame:
+    """The change feed of versions (since, until], with its columns when there is none."""
+    if since >= until:
+        return tables.change_feed(spark, path, until - 1, until).limit(0)
+    return tables.change_feed(spark, path, since, until)
+
+
+def _weighted(feed: DataFrame) -> DataFrame:
+    """A change feed's images of current rows, `_lh_w` 1 for a post-image, -1 for a pre-image."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.gold.patch import WEIGHT
+
+    kind = F.col("_change_type")
+    weight = F.when(kind.isin("insert", "update_postimage"), 1).when(
+        kind.isin("delete", "update_preimage"), -1
+    )
+    rows = current.current_rows(feed).withColumn(WEIGHT, weight)
+    return rows.drop(*tables.CDF_COLUMNS)
+
+
+def _in_columns(frame: DataFrame, schema: StructType) -> DataFrame:
+    """`frame` in `schema`'s columns: one it lacks (the realtime table evolved since the last
+    move) reads as null, as in the hybrid view."""
+    from pyspark.sql import functions as F
+
+    return frame.select(
+        *[
+            F.col(f"`{f.name}`")
+            if f.name in frame.columns
+            else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in schema.fields
+        ]
+    )
 
 
 def _feed(spark: SparkSession, path: str, since: int, until: int) -> DataFrame:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import date, timedelta
 from decimal import Decimal
@@ -22,28 +23,44 @@ from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import ExpectationSettings, GoldTableSettings
 from lakehouse.gold.build import GoldOptions, build_gold, gold_path
-from lakehouse.silver.scd1 import apply_scd1
+from lakehouse.gold.patch import Term, terms
+from lakehouse.silver import refine
+from lakehouse.silver.plan import SILVER_PROPERTIES
+from lakehouse.silver.scd1 import apply_scd1, scd1_schema
 from tests.bronze.helpers import run_job
-from tests.offline.helpers import CHANGES, T0, ms, offline_setup, realtime_path
+from tests.offline.helpers import (
+    CHANGES,
+    T0,
+    ms,
+    offline_setup,
+    realtime_path,
+    row_schema,
+)
 from tests.offline.test_move import job_env
 
 GOLD = "day date, customer_id bigint, revenue decimal(22,2), orders bigint, biggest decimal(12,2)"
+# Aggregates a run patches (sums and counts of exact types, with count(*)).
+PATCHED = {"revenue": "sum(amount)", "orders": "count(*)", "priced": "count(amount)"}
+PATCHED_GOLD = "day date, customer_id bigint, revenue decimal(22,2), orders bigint, priced bigint"
 # key, customer, amount, day (0..3), op (u | d), seq
-Event = tuple[int, int, Decimal, int, str, int]
+Event = tuple[int, int, Decimal | None, int, str, int]
 
 
-def with_gold(settings: Settings, source: str, **extra: Any) -> tuple[str, Settings]:
+def with_gold(
+    settings: Settings, source: str, aggregates: dict[str, str] | None = None, **extra: Any
+) -> tuple[str, Settings]:
     name = f"g_{source}"
     spec = GoldTableSettings(
         source=source,
         group_by={"day": "to_date(timestamp_millis(ts))", "customer_id": "customer_id"},
-        aggregates={"revenue": "sum(amount)", "orders": "count(*)", "biggest": "max(amount)"},
+        aggregates=aggregates
+        or {"revenue": "sum(amount)", "orders": "count(*)", "biggest": "max(amount)"},
         **extra,
     )
     return name, replace(settings, gold={**settings.gold, name: spec})
 
 
-def apply_events(spark: SparkSession, path: str, events: list[Event]) -> None:
+def apply_events(spark: SparkSession, path: str, events: Sequence[Event]) -> None:
     rows = [
         (key, customer, "paid", amount, ms(T0 + timedelta(days=day, hours=key % 24)), None, op, seq)
         for key, customer, amount, day, op, seq in events
@@ -51,19 +68,33 @@ def apply_events(spark: SparkSession, path: str, events: list[Event]) -> None:
     apply_scd1(spark, path, spark.createDataFrame(rows, CHANGES), ["order_id"])
 
 
-def model(spark: SparkSession, delivered: list[Event]) -> DataFrame:
-    """What gold must hold: per key the delivered event with the highest position (a delete
-    removes the key), then the groups' aggregates, in Python."""
+def amounts(delivered: Sequence[Event]) -> dict[tuple[date, int], list[Decimal | None]]:
+    """Per group, the amounts of its orders: per key the delivered event with the highest
+    position (a delete removes the key), in Python."""
     latest: dict[int, Event] = {}
     for event in delivered:
         if event[0] not in latest or event[5] > latest[event[0]][5]:
             latest[event[0]] = event
-    groups: dict[tuple[date, int], list[Decimal]] = defaultdict(list)
+    groups: dict[tuple[date, int], list[Decimal | None]] = defaultdict(list)
     for key, customer, amount, day, op, _seq in latest.values():
         if op == "u":
             groups[((T0 + timedelta(days=day, hours=key % 24)).date(), customer)].append(amount)
-    rows = [(d, c, sum(a), len(a), max(a)) for (d, c), a in groups.items()]
+    return groups
+
+
+def model(spark: SparkSession, delivered: Sequence[Event]) -> DataFrame:
+    """What gold must hold (amounts are never null here)."""
+    rows = [(d, c, sum(a), len(a), max(a)) for (d, c), a in amounts(delivered).items()]  # type: ignore[arg-type,type-var]
     return spark.createDataFrame(rows, GOLD)
+
+
+def patched_model(spark: SparkSession, delivered: Sequence[Event]) -> DataFrame:
+    """What a gold table of PATCHED must hold: SQL's sum is NULL over no non-null value."""
+    rows = []
+    for (d, c), values in amounts(delivered).items():
+        known = [a for a in values if a is not None]
+        rows.append((d, c, sum(known) if known else None, len(values), len(known)))
+    return spark.createDataFrame(rows, PATCHED_GOLD)
 
 
 def gold_rows(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
@@ -80,30 +111,41 @@ def assert_gold(spark: SparkSession, settings: Settings, name: str, expected: Da
     )
 
 
-def random_events(rng: random.Random, count: int) -> list[Event]:
+def random_events(rng: random.Random, count: int, nulls: float = 0.0) -> list[Event]:
+    """Upserts and deletes of 15 keys over 3 customers and 4 days; with `nulls`, that share
+    of the amounts is NULL and some are zero or negative."""
     events: list[Event] = []
     for seq in range(1, count + 1):
         key = rng.randint(1, 15)
         if rng.random() < 0.2:
             events.append((key, 0, Decimal(0), 0, "d", seq))
-        else:
-            amount = Decimal(rng.randint(1, 50_000)) / 100
-            events.append((key, rng.randint(1, 3), amount, rng.randint(0, 3), "u", seq))
+            continue
+        amount: Decimal | None = Decimal(rng.randint(1, 50_000)) / 100
+        if nulls and rng.random() < nulls:
+            amount = None
+        elif nulls:
+            amount = rng.choice([amount, Decimal("0.00"), Decimal(rng.randint(-3, 3))])
+        events.append((key, rng.randint(1, 3), amount, rng.randint(0, 3), "u", seq))
     return events
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("seed", "patched"), [(1, False), (2, False), (3, False), (4, True), (5, True), (6, True)]
+)
 def test_property_gold_equals_a_full_recompute_after_every_run(
-    spark: SparkSession, settings: Settings, seed: int
+    spark: SparkSession, settings: Settings, seed: int, patched: bool
 ) -> None:
+    """Recomputed (max cannot be patched) or patched (sums and counts: NULL amounts, and sums
+    that fall to zero or to no non-null value, included)."""
     rng = random.Random(seed)  # noqa: S311 - reproducible test data
     offline, settings = offline_setup(spark, settings)
     realtime = settings.offline_table(offline).realtime
-    name, settings = with_gold(settings, realtime)
-    events = random_events(rng, 90)
+    name, settings = with_gold(settings, realtime, aggregates=PATCHED if patched else None)
+    events = random_events(rng, 90, nulls=0.3 if patched else 0.0)
     delivered = events + rng.sample(events, 15)  # at-least-once: some arrive twice
     rng.shuffle(delivered)  # and out of order
     path = realtime_path(settings, offline)
+    expected, how = (patched_model, " patched and ") if patched else (model, " recomputed and ")
     done: list[Event] = []
     start = 0
     while start < len(delivered):
@@ -112,8 +154,81 @@ def test_property_gold_equals_a_full_recompute_after_every_run(
         apply_events(spark, path, batch)
         done += batch
         if rng.random() < 0.6 or start >= len(delivered):  # runs cut anywhere
-            build_gold(spark, settings, GoldOptions(name))
-            assert_gold(spark, settings, name, model(spark, done))
+            result = build_gold(spark, settings, GoldOptions(name)).describe()
+            assert_gold(spark, settings, name, expected(spark, done))
+            assert any(part in result for part in (": up to date", "rebuilt run 1:", how)), result
+
+
+def test_only_sums_and_counts_of_exact_values_with_a_count_of_rows_are_patched(
+    spark: SparkSession,
+) -> None:
+    empty = spark.createDataFrame([], "amount decimal(12,2), qty int, price double, s string")
+    rows = {"orders": "count(*)"}
+    patchable = [
+        ({"revenue": "sum(amount)"}, [Term("revenue", "sum", "amount")]),
+        ({"units": " SUM( qty * 2 ) "}, [Term("units", "sum", "qty * 2")]),
+        ({"n": "count(s)"}, [Term("n", "count", "s")]),
+        ({"n": "count(concat(s, ')'))"}, [Term("n", "count", "concat(s, ')')")]),
+    ]
+    for aggregates, found in patchable:
+        gold = GoldTableSettings(source="x", group_by={"g": "s"}, aggregates={**aggregates, **rows})
+        assert terms(gold, empty) == [*found, Term("orders", "count", "*")], aggregates
+    kept = [
+        "sum(price)",  # a floating-point sum depends on its order
+        "max(amount)",
+        "count(DISTINCT s)",
+        "sum(amount) + sum(qty)",
+        "sum(amount) / count(*)",
+        "count(*) FILTER (WHERE qty > 0)",
+        "count(qty, s)",
+        "sum(nothing)",
+    ]
+    for sql in kept:
+        gold = GoldTableSettings(source="x", group_by={"g": "s"}, aggregates={"v": sql, **rows})
+        assert terms(gold, empty) is None, sql
+    no_rows = GoldTableSettings(source="x", group_by={"g": "s"}, aggregates={"n": "count(s)"})
+    assert terms(no_rows, empty) is None  # nothing tells a group that lost its last row
+    dropping = GoldTableSettings(
+        source="x",
+        group_by={"g": "s"},
+        aggregates=rows,
+        expectations=(ExpectationSettings("big", "drop", sql="orders > 1"),),
+    )
+    assert terms(dropping, empty) is None
+
+
+def test_a_patched_sum_that_falls_to_zero_is_recomputed_to_tell_zero_from_null(
+    spark: SparkSession, settings: Settings
+) -> None:
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    name, settings = with_gold(settings, realtime, aggregates=PATCHED)
+    path = realtime_path(settings, offline)
+    first: list[Event] = [
+        (1, 1, Decimal("10.00"), 0, "u", 1),  # customer 1: 10.00 and NULL
+        (2, 1, None, 0, "u", 2),
+        (3, 2, Decimal("7.00"), 0, "u", 3),  # customer 2: 7.00, -7.00 and 3.00
+        (4, 2, Decimal("-7.00"), 0, "u", 4),
+        (5, 2, Decimal("3.00"), 0, "u", 5),
+        (6, 3, Decimal("5.00"), 0, "u", 6),  # customer 3: 5.00
+    ]
+    apply_events(spark, path, first)
+    build_gold(spark, settings, GoldOptions(name))
+    later: list[Event] = [
+        (1, 1, None, 0, "u", 7),  # no non-null amount left: NULL
+        (5, 0, Decimal(0), 0, "d", 8),  # 7.00 - 7.00: a true zero
+        (6, 3, Decimal("0.00"), 0, "u", 9),  # a zero amount: zero, no recompute needed
+    ]
+    apply_events(spark, path, later)
+    result = build_gold(spark, settings, GoldOptions(name)).describe()
+    assert " 3 group row(s) patched and written or deleted" in result, result
+    day = T0.date()
+    expected = [
+        (day, 1, None, 2, 0),
+        (day, 2, Decimal("0.00"), 2, 2),
+        (day, 3, Decimal("0.00"), 1, 1),
+    ]
+    assert_gold(spark, settings, name, spark.createDataFrame(expected, PATCHED_GOLD))
 
 
 def test_a_run_recomputes_only_the_groups_a_change_touched(
@@ -131,6 +246,7 @@ def test_a_run_recomputes_only_the_groups_a_change_touched(
     apply_events(spark, path, later)
     result = build_gold(spark, settings, GoldOptions(name))
     assert result.groups == 3  # the old and new group of order 1, and order 2's
+    assert " recomputed and written" in result.describe()  # max() cannot be patched
     assert_gold(spark, settings, name, model(spark, first + later))
     feed = (
         spark.read.format("delta")
@@ -180,6 +296,34 @@ def test_a_changed_definition_rebuilds_every_group_not_only_the_touched_ones(
     apply_events(spark, path, [(2, 1, Decimal("21.00"), 0, "u", 5)])
     again = build_gold(spark, settings, GoldOptions(name)).describe()
     assert again.startswith(f"gold.{name}: incremental run 2:"), again
+
+
+@pytest.mark.parametrize("aggregates", [None, PATCHED], ids=["recomputed", "patched"])
+def test_a_source_table_rebuilt_under_gold_rebuilds_gold(
+    spark: SparkSession, settings: Settings, aggregates: dict[str, str] | None
+) -> None:
+    """A silver full refresh starts the table's versions over: the same version numbers are
+    other commits, so neither "up to date" nor its change feed can be trusted."""
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    name, settings = with_gold(settings, realtime, aggregates=aggregates)
+    path = realtime_path(settings, offline)
+    before: list[Event] = [(1, 1, Decimal("10.00"), 0, "u", 1), (2, 2, Decimal("20.00"), 1, "u", 2)]
+    apply_events(spark, path, before)
+    build_gold(spark, settings, GoldOptions(name))
+    refine.full_refresh(spark, settings, realtime)  # then refine_silver starts it over
+    assert not tables.exists(spark, path)
+    tables.create_table(spark, path, scd1_schema(row_schema()), SILVER_PROPERTIES)
+    after: list[Event] = [(3, 1, Decimal("5.00"), 2, "u", 1)]  # the same number of versions
+    apply_events(spark, path, after)
+    result = build_gold(spark, settings, GoldOptions(name)).describe()
+    expected = patched_model if aggregates else model
+    assert_gold(spark, settings, name, expected(spark, after))
+    assert result.startswith(f"gold.{name}: rebuilt run 1:"), result
+    (refresh,) = system.read_log(spark, settings, system.GOLD_LOG, f"gold.{name}")
+    assert refresh["reason"] == (
+        f"silver.{realtime} is not the table the last build read (rebuilt since)"
+    )
 
 
 def test_bad_aggregates_fail_before_anything_is_written(
