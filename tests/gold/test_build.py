@@ -370,15 +370,23 @@ def test_expectations_on_gold_rows_warn_drop_and_count(
     assert counts == {"small_groups": (1, 1), "big_spender": (1, 1)}
 
 
+@pytest.mark.parametrize("incremental", [False, True], ids=["first-build", "patched-run"])
 @pytest.mark.parametrize("fault", ["before_gold_commit", "after_gold_commit"])
 def test_a_crash_around_the_commit_then_a_rerun_ends_as_one_run(
-    spark: SparkSession, settings: Settings, tmp_path: Path, fault: str
+    spark: SparkSession, settings: Settings, tmp_path: Path, fault: str, incremental: bool
 ) -> None:
+    """A patched run applied twice would count its changes twice: the rerun must find the
+    killed run's commit, or redo it from the same gold rows."""
     offline, settings = offline_setup(spark, settings)
     realtime = settings.offline_table(offline).realtime
-    name, settings = with_gold(settings, realtime)
-    events = random_events(random.Random(7), 40)  # noqa: S311 - test data
-    apply_events(spark, realtime_path(settings, offline), events)
+    name, settings = with_gold(settings, realtime, aggregates=PATCHED if incremental else None)
+    events = random_events(random.Random(7), 40, nulls=0.3 if incremental else 0.0)  # noqa: S311
+    built, killed = (events[:20], events[20:]) if incremental else ([], events)
+    path = realtime_path(settings, offline)
+    if built:
+        apply_events(spark, path, built)
+        build_gold(spark, settings, GoldOptions(name))
+    apply_events(spark, path, killed)
     env = job_env(settings, offline, tmp_path)
     gold_conf = tmp_path / "conf" / "test" / "gold_job.yml"
     spec = settings.gold[name]
@@ -402,12 +410,15 @@ def test_a_crash_around_the_commit_then_a_rerun_ends_as_one_run(
     rerun = build_gold(spark, settings, GoldOptions(name)).describe()
     if fault == "after_gold_commit":
         assert rerun == f"gold.{name}: up to date"  # the killed run had committed
+    elif incremental:
+        assert rerun.startswith(f"gold.{name}: incremental run 2:"), rerun  # redone
+        assert " patched and " in rerun, rerun
     else:
         assert rerun.startswith(f"gold.{name}: rebuilt run 1:")  # nothing was: redone
-    assert_gold(spark, settings, name, model(spark, events))
+    assert_gold(spark, settings, name, (patched_model if incremental else model)(spark, events))
     writes = [
         r
         for r in spark.sql(f"DESCRIBE HISTORY delta.`{gold_path(settings, name)}`").collect()
         if r["operation"] in ("WRITE", "MERGE")
     ]
-    assert len(writes) == 1
+    assert len(writes) == (2 if incremental else 1)
