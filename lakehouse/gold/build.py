@@ -164,7 +164,9 @@ def _stale(
 def definition(gold: GoldTableSettings) -> str:
     """A fingerprint of what decides a gold table's rows: its source, groups, aggregates and
     the expectations that keep groups out (drop, quarantine). Recorded with every build."""
-    shaping = [(e.name, e.sql, e.action) for e in gold.expectations if e.action != "warn"]
+    shaping = [
+        (e.name, e.sql, e.action) for e in gold.expectations if e.action in ("drop", "quarantine")
+    ]
     text = json.dumps(
         [gold.source, gold.group_by, gold.aggregates, shaping], sort_keys=True, default=str
     )
