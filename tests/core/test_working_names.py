@@ -26,7 +26,7 @@ UNDERSCORED = re.compile(r"_[A-Za-z]\w*")
 # spelled (a module of `lakehouse/`) and why no record field can meet it there.
 KNOWN: dict[str, tuple[set[str], str]] = {
     "_change_type": (
-        {"core/tables.py", "offline/changes.py", "silver/refine.py"},
+        {"core/tables.py", "gold/source.py", "offline/changes.py", "silver/refine.py"},
         "Delta's Change Data Feed (CDF_COLUMNS)",
     ),
     "_commit_version": ({"core/tables.py"}, "Delta's Change Data Feed (CDF_COLUMNS)"),
