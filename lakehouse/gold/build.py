@@ -226,7 +226,7 @@ def _execute(
     result: GoldResult,
 ) -> None:
     rows = source.rows(spark, settings, src, plan.until)
-    touched = _touched(spark, settings, name, gold, src, plan, rows)
+    touched = _touched(_Run(spark, settings, name, gold, src, plan, rows))
     keys = None if touched is None else touched.keys
     result.how = "" if touched is None else touched.how
     recomputed = aggregate.aggregate(rows, gold) if touched is None else touched.values
@@ -269,65 +269,61 @@ class Touched:
     how: str  # patched | recomputed
 
 
-def _touched(
-    spark: SparkSession,
-    settings: Settings,
-    name: str,
-    gold: GoldTableSettings,
-    src: Source,
-    plan: Plan,
-    rows: DataFrame,
-) -> Touched | None:
+@dataclass(frozen=True)
+class _Run:
+    """What an incremental run's steps read: the table, its source and the rows the source
+    serves at the pinned state."""
+
+    spark: SparkSession
+    settings: Settings
+    name: str
+    gold: GoldTableSettings
+    src: Source
+    plan: Plan
+    rows: DataFrame
+
+
+def _touched(run: _Run) -> Touched | None:
     """The groups the source's changes since the last build touched and their new rows,
-    patched (`lakehouse.gold.patch`) or recomputed from `rows`; None to rebuild: the first
-    build, or a change feed that is gone."""
-    if plan.since is None:
+    patched (`lakehouse.gold.patch`) or recomputed from the source's rows; None to rebuild:
+    the first build, or a change feed that is gone."""
+    if run.plan.since is None:
         return None
     try:
-        patched = _patched(spark, settings, name, gold, src, plan, rows)
-        return patched or _recomputed(spark, settings, gold, src, plan, rows)
+        return _patched(run) or _recomputed(run)
     except Exception as exc:
         if "changeDataFeed" not in str(exc) and "VersionNotFound" not in str(exc):
             raise
-        log.warning("gold.%s: change feed unavailable (%s); rebuilding", name, exc)
+        log.warning("gold.%s: change feed unavailable (%s); rebuilding", run.name, exc)
         return None
 
 
-def _recomputed(
-    spark: SparkSession,
-    settings: Settings,
-    gold: GoldTableSettings,
-    src: Source,
-    plan: Plan,
-    rows: DataFrame,
-) -> Touched:
-    assert plan.since is not None
-    keys = aggregate.group_keys(source.changed(spark, settings, src, plan.since, plan.until), gold)
-    keys = keys.persist()
+def _recomputed(run: _Run) -> Touched:
+    since, gold = run.plan.since, run.gold
+    assert since is not None
+    changed = source.changed(run.spark, run.settings, run.src, since, run.plan.until)
+    keys = aggregate.group_keys(changed, gold).persist()
     keys.count()
-    values = aggregate.aggregate(aggregate.in_groups(rows, keys, gold), gold)
+    values = aggregate.aggregate(aggregate.in_groups(run.rows, keys, gold), gold)
     return Touched(keys, values, keys, "recomputed")
 
 
-def _patched(
-    spark: SparkSession,
-    settings: Settings,
-    name: str,
-    gold: GoldTableSettings,
-    src: Source,
-    plan: Plan,
-    rows: DataFrame,
-) -> Touched | None:
+def _patched(run: _Run) -> Touched | None:
     """The touched groups patched from the old gold rows, the ones a patch cannot tell
     recomputed; None when the table's aggregates or source cannot be patched."""
     from pyspark.sql import functions as F
 
-    assert plan.since is not None
-    found = patch.terms(gold, rows.limit(0))
-    images = None if found is None else source.images(spark, settings, src, plan.since, plan.until)
+    spark, gold, since = run.spark, run.gold, run.plan.since
+    assert since is not None
+    found = patch.terms(gold, run.rows.limit(0))
+    images = (
+        None
+        if found is None
+        else source.images(spark, run.settings, run.src, since, run.plan.until)
+    )
     if found is None or images is None:
         return None
-    path = gold_path(settings, name)  # pinned: the MERGE changes it while `values` is cached
+    path = gold_path(run.settings, run.name)  # pinned: the MERGE changes it while cached
     version = tables.latest_version(spark, path)
     old = spark.read.format("delta").option("versionAsOf", version).load(path)
     types = {f.name: f.dataType for f in old.schema.fields}
@@ -337,7 +333,8 @@ def _patched(
     sure = values.where(~F.col(patch.AMBIGUOUS) & F.col(aggregate.PRESENT))
     sure = sure.select(*groups, *[named(n) for n in gold.aggregates])
     if not unsure.isEmpty():
-        sure = sure.unionByName(aggregate.aggregate(aggregate.in_groups(rows, unsure, gold), gold))
+        recomputed = aggregate.aggregate(aggregate.in_groups(run.rows, unsure, gold), gold)
+        sure = sure.unionByName(recomputed)
     return Touched(values.select(*groups), sure, values, "patched")
 
 

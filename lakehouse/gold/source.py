@@ -22,7 +22,6 @@ from lakehouse.offline import buckets, hybrid, store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 
 @dataclass(frozen=True)
@@ -177,7 +176,9 @@ def images(
         off_path = store.offline_path(settings, source.name)
         offline = _changes(spark, off_path, since["offline"], state["offline"])
         offline = offline.where(f"{store.BUCKET} < {buckets.timestamp_sql(boundary)}")
-        frames.append(_in_columns(_weighted(offline), frames[0].schema))
+        weighted = _weighted(offline)
+        present = set(weighted.columns)
+        frames.append(weighted.selectExpr(*hybrid.view_columns(frames[0].schema, present)))
     return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
 
 
@@ -202,27 +203,9 @@ def _weighted(feed: DataFrame) -> DataFrame:
     return rows.drop(*tables.CDF_COLUMNS)
 
 
-def _in_columns(frame: DataFrame, schema: StructType) -> DataFrame:
-    """`frame` in `schema`'s columns: one it lacks (the realtime table evolved since the last
-    move) reads as null, as in the hybrid view."""
-    from pyspark.sql import functions as F
-
-    return frame.select(
-        *[
-            F.col(f"`{f.name}`")
-            if f.name in frame.columns
-            else F.lit(None).cast(f.dataType).alias(f.name)
-            for f in schema.fields
-        ]
-    )
-
-
 def _feed(spark: SparkSession, path: str, since: int, until: int) -> DataFrame:
     """Every image (pre and post) of the changes in versions (since, until]."""
-    if since >= until:
-        empty = spark.read.format("delta").option("versionAsOf", until).load(path)
-        return empty.limit(0)
-    return tables.change_feed(spark, path, since, until).drop(*tables.CDF_COLUMNS)
+    return _changes(spark, path, since, until).drop(*tables.CDF_COLUMNS)
 
 
 def _switched(

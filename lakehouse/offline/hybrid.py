@@ -115,7 +115,7 @@ def at(
     parts = [_realtime_sql(spec, rt_path, realtime_version, realtime.schema, boundary_at)]
     if boundary_at is not None and offline_version is not None:
         offline = spark.read.format("delta").option("versionAsOf", offline_version).load(off_path)
-        columns = _columns(row_schema(realtime.schema), set(offline.columns))
+        columns = ", ".join(view_columns(row_schema(realtime.schema), set(offline.columns)))
         parts.insert(
             0,
             f"SELECT {columns} FROM delta.`{off_path}` VERSION AS OF {offline_version} "
@@ -155,19 +155,19 @@ def _realtime_sql(
             buckets.not_before_sql(spec.time_column, spec.time_format, kind, boundary_at)
         )
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-    columns = _columns(schema, set(schema.fieldNames()))
+    columns = ", ".join(view_columns(schema, set(schema.fieldNames())))
     return f"SELECT {columns} FROM delta.`{path}` VERSION AS OF {version}{where}"
 
 
-def _columns(schema: StructType, present: set[str]) -> str:
-    """The view's columns in the realtime row's order; one the offline table does not have
-    yet (the realtime table evolved since the last move) reads as null."""
-    return ", ".join(
+def view_columns(schema: StructType, present: set[str]) -> list[str]:
+    """The view's columns (SQL) in the realtime row's order; one the offline table does not
+    have yet (the realtime table evolved since the last move) reads as null."""
+    return [
         f"`{f.name}`"
         if f.name in present
         else f"CAST(NULL AS {type_ddl(f.dataType)}) AS `{f.name}`"
         for f in schema.fields
-    )
+    ]
 
 
 def register_views(spark: SparkSession, settings: Settings) -> list[str]:
