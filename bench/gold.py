@@ -11,6 +11,13 @@ The source is a silver orders table (SCD1, as refine_silver writes it) spread ov
 customer) over it. Each round applies 10,000 changes to the source with silver's own MERGE (not
 timed; a fifth of them move an order to another customer and day), then times an incremental
 run and a full recompute, alternating.
+
+`--in-a-row K` measures what a pipeline sees instead: K incremental runs one after another
+(no rebuild in between) into two gold tables over the same source, one compacted every
+`--compact-every` commits (`storage.compact_every`) and one never, alternating; it prints each
+run's time and the gold table's file count.
+
+    .venv/bin/python bench/gold.py --sizes 1000000 --in-a-row 30 --compact-every 10
 """
 
 from __future__ import annotations
@@ -114,6 +121,40 @@ def changes(spark: SparkSession, rows: int, seq: int) -> DataFrame:
     )
 
 
+def files(spark: SparkSession, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, path).detail().collect()[0]["numFiles"])
+
+
+def in_a_row(spark: SparkSession, settings: Settings, rows: int, runs: int, every: int) -> None:
+    """`runs` incremental runs in a row into two gold tables over one source: one compacted
+    every `every` commits (`storage.compact_every`), one never."""
+    plain, s = setup(spark, settings, rows)
+    compacted = f"{plain}_compacted"
+    s = replace(s, gold={**s.gold, compacted: s.gold[plain]})
+    build_gold(spark, s, GoldOptions(compacted))
+    never = replace(s, storage=replace(s.storage, compact_every=0))
+    every_n = replace(s, storage=replace(s.storage, compact_every=every))
+    silver = tables.table_path(s, f"silver.{s.gold_table(plain).source}")
+    times: dict[str, list[float]] = {plain: [], compacted: []}
+    for n in range(runs):
+        apply_scd1(spark, silver, changes(spark, rows, n + 2), ["order_id"])
+        order = ((plain, never), (compacted, every_n))
+        for gold, st in order if n % 2 == 0 else order[::-1]:
+            times[gold].append(timed(lambda g=gold, x=st: build_gold(spark, x, GoldOptions(g))))
+        counts = {g: files(spark, tables.table_path(s, f"gold.{g}")) for g in times}
+        print(
+            f"run {n + 1:3d}: never compacted {times[plain][-1]:.2f} s ({counts[plain]} files), "
+            f"every {every} commits {times[compacted][-1]:.2f} s ({counts[compacted]} files)",
+            flush=True,
+        )
+    half = runs // 2
+    for gold, label in ((plain, "never compacted"), (compacted, f"every {every} commits")):
+        late = times[gold][half:]
+        print(f"  {label:20s} median of runs {half + 1}-{runs}: {statistics.median(late):.2f} s")
+
+
 def timed(run: object) -> float:
     start = time.perf_counter()
     run()  # type: ignore[operator]
@@ -126,6 +167,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--in-a-row", type=int, default=0, help="incremental runs in a row")
+    parser.add_argument("--compact-every", type=int, default=10)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-gold-"))
     settings = load_settings(
@@ -139,6 +182,9 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[str, list[float]] = {}
     try:
+        if args.in_a_row:
+            in_a_row(spark, settings, sizes[0], args.in_a_row, args.compact_every)
+            return
         prepared = {rows: setup(spark, settings, rows) for rows in sizes}
         seq = 2
         for round_ in range(args.warmup + args.rounds):

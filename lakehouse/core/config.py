@@ -201,9 +201,13 @@ def build(cls: type[T], data: Any, origin: Mapping[str, str], prefix: str) -> T:
                 raise SettingsError(f"{where(origin, dotted)}: missing required key '{dotted}'")
     try:
         return cls(**kwargs)
-    except ValueError as exc:  # a dataclass's own cross-field check (__post_init__)
+    except ValueError as exc:  # a dataclass's own check (__post_init__)
         name = prefix.rstrip(".")
-        raise SettingsError(f"{where(origin, name)}: '{name}': {exc}") from None
+        # A check of one key (its message starts with the key) names the file that set it;
+        # a cross-field check names the section's.
+        key = next((k for k in data if str(exc).startswith(f"'{k}'")), None)
+        place = where(origin, f"{prefix}{key}" if key else name)
+        raise SettingsError(f"{place}: '{name}': {exc}") from None
 
 
 def _coerce(hint: Any, value: Any, origin: Mapping[str, str], dotted: str) -> Any:

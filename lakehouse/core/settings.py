@@ -30,6 +30,17 @@ class StorageSettings:
     # A local directory or any Hadoop URI (s3a://bucket/lake). Holds bronze/, silver/, gold/,
     # offline/, _checkpoints/ and _system/.
     root: str = "data/lakehouse"
+    # Every how many commits a silver or gold table is compacted: OPTIMIZE rewrites its small
+    # files and the files whose rows are mostly deleted (each MERGE adds files and deletion
+    # vectors; nothing else removes them). Rows and change feed stay as they are. 0: never.
+    compact_every: int = 50
+
+    def __post_init__(self) -> None:
+        if self.compact_every < 0:
+            raise ValueError(
+                "'compact_every' must be a number of commits, or 0 for never; "
+                f"got {self.compact_every}"
+            )
 
     def path(self, *parts: str) -> str:
         """A location under the root. A relative local root is taken from the checkout

@@ -9,6 +9,7 @@ twice."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,6 +23,8 @@ from lakehouse.core.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructField, StructType
+
+log = logging.getLogger(__name__)
 
 LAYERS = ("bronze", "silver", "gold", "offline", "_system")
 _NAME = re.compile(r"(?P<layer>bronze|silver|gold|offline|_system)\.(?P<table>[a-z][a-z0-9_]*)")
@@ -136,6 +139,28 @@ def set_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> 
     version of that commit."""
     assignments = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in props.items())
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({assignments})")
+    return latest_version(spark, path)
+
+
+def compact_when_due(spark: SparkSession, path: str, every: int) -> int | None:
+    """Compact the table (OPTIMIZE: small files and mostly-deleted ones rewritten, a commit
+    that changes no row, so its change feed and streams reading it see nothing) when its
+    newest version is a multiple of `every` (0: never). Returns the compaction's version, or
+    None. Called after a write, outside its transaction: the compaction carries neither the
+    write's transaction id nor its user metadata. A concurrent writer's conflict skips it (the
+    next due version compacts)."""
+    from delta.tables import DeltaTable
+
+    version = latest_version(spark, path)
+    if every <= 0 or version == 0 or version % every:
+        return None
+    try:
+        DeltaTable.forPath(spark, path).optimize().executeCompaction()
+    except Exception as exc:
+        if not is_write_conflict(exc):
+            raise
+        log.warning("compaction of %s skipped: a concurrent commit conflicted (%s)", path, exc)
+        return None
     return latest_version(spark, path)
 
 

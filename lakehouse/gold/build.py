@@ -256,6 +256,7 @@ def _execute(
     if touched is not None:
         touched.cached.unpersist()
     built = last_build(spark, path) or {}
+    tables.compact_when_due(spark, path, settings.storage.compact_every)
     metrics = built.get("metrics", {})
     result.groups = rows_changed(metrics)
     result.counts = checked.counts

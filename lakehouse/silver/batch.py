@@ -122,6 +122,8 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
         write_silver(spark, plan, kept_rows, stats, batch_id)
         clock.lap("silver")
         faults.point("after_silver_commit")
+        if tables.compact_when_due(spark, plan.path, plan.compact_every) is not None:
+            clock.lap("compaction")
         if stats.quarantined:
             rejected = silver.quarantine_rows(
                 quarantined(evaluated, plan.expectations), plan.name, plan.run_id, batch_id

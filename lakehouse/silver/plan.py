@@ -65,6 +65,7 @@ class Plan:
     # batch of the new stream as already committed (empty for replays, which have none).
     stream_id: str = ""
     bronze_path: str = ""  # the source's bronze table
+    compact_every: int = 0  # `storage.compact_every`
     # `records`' transform, with the schema it parses with (which evolves).
     _parse: tuple[ParsedSchema, Replayed] | None = field(default=None, repr=False)
 
@@ -165,6 +166,7 @@ def prepare(
         metrics_path,
         quarantine_path,
         bronze_path=tables.table_path(settings, settings.bronze_table(table.source)),
+        compact_every=settings.storage.compact_every,
     )
 
 

@@ -76,6 +76,18 @@ def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
     assert "bootstrap_servers" in str(err.value)  # the fix: the allowed names
 
 
+def test_a_negative_compaction_interval_names_the_key_and_the_values_allowed(
+    tmp_path: Path,
+) -> None:
+    conf = write_conf(tmp_path, BASE, "storage:\n  compact_every: -1\n")
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", conf_dir=conf)
+    assert str(err.value) == (
+        "conf/dev/lakehouse.yml: 'storage': 'compact_every' must be a number of commits, "
+        "or 0 for never; got -1"
+    )
+
+
 def test_unknown_section(tmp_path: Path) -> None:
     conf = write_conf(tmp_path, BASE + "kafak:\n  x: 1\n")
     with pytest.raises(SettingsError, match=r"conf/base/lakehouse.yml: unknown key 'kafak'"):

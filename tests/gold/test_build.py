@@ -422,3 +422,29 @@ def test_a_crash_around_the_commit_then_a_rerun_ends_as_one_run(
         if r["operation"] in ("WRITE", "MERGE")
     ]
     assert len(writes) == (2 if incremental else 1)
+
+
+@pytest.mark.parametrize("patched", [False, True], ids=["recomputed", "patched"])
+def test_compactions_of_the_source_and_of_gold_change_no_gold_row(
+    spark: SparkSession, settings: Settings, patched: bool
+) -> None:
+    """Every second commit of the source and of gold compacts it (`storage.compact_every` 2):
+    a compaction rewrites files, adds nothing to the change feed a run reads, and is not a
+    build (the next run finds the last build behind it)."""
+    rng = random.Random(11)  # noqa: S311 - reproducible test data
+    offline, settings = offline_setup(spark, settings)
+    settings = replace(settings, storage=replace(settings.storage, compact_every=2))
+    realtime = settings.offline_table(offline).realtime
+    name, settings = with_gold(settings, realtime, aggregates=PATCHED if patched else None)
+    events = random_events(rng, 60, nulls=0.3 if patched else 0.0)
+    path = realtime_path(settings, offline)
+    expected = patched_model if patched else model
+    for start in range(0, len(events), 10):
+        apply_events(spark, path, events[start : start + 10])
+        tables.compact_when_due(spark, path, 2)
+        build_gold(spark, settings, GoldOptions(name))
+        assert_gold(spark, settings, name, expected(spark, events[: start + 10]))
+    for table in (path, gold_path(settings, name)):
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()
+        assert [r["operation"] for r in history].count("OPTIMIZE") >= 2, table
+    assert build_gold(spark, settings, GoldOptions(name)).describe() == f"gold.{name}: up to date"
