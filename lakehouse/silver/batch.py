@@ -124,6 +124,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
         faults.point("after_silver_commit")
         if tables.compact_when_due(spark, plan.path, plan.compact_every) is not None:
             clock.lap("compaction")
+            faults.point("after_compaction")
         if stats.quarantined:
             rejected = silver.quarantine_rows(
                 quarantined(evaluated, plan.expectations), plan.name, plan.run_id, batch_id

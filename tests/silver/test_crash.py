@@ -128,9 +128,13 @@ def test_sigkill_refine_mid_batch_ends_as_uninterrupted(
             "LAKEHOUSE_CONF_DIR": str(conf),
         }
     )
+    # The job compacts silver after every commit (a compaction is a commit of its own, between
+    # the batch's silver and quarantine commits).
+    env["LAKEHOUSE__STORAGE__COMPACT_EVERY"] = "1"
     # Each run dies inside batch 0, between two of its commits; the next redoes the batch,
     # and must neither repeat what was committed nor lose what was not.
-    for point in ("after_silver_commit", "after_quarantine_commit", "after_metrics_commit"):
+    points = ("after_silver_commit", "after_compaction", "after_quarantine_commit")
+    for point in (*points, "after_metrics_commit"):
         died = run_job("refine_silver", ["--table", crashed], {**env, FAULT_ENV: point})
         assert died.returncode == -signal.SIGKILL, f"{point}: {died.stderr[-3000:]}"
     assert committed_batches(spark, settings, crashed) == 1  # batch 0's metrics, once
@@ -170,6 +174,8 @@ def test_sigkill_refine_mid_batch_ends_as_uninterrupted(
     ):
         assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
     assert committed_batches(spark, settings, crashed) == FILES
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{settings.storage.path('silver', crashed)}`")
+    assert history.where("operation = 'OPTIMIZE'").count() >= 2  # the kills met compactions
 
 
 def test_a_cdc_batch_replayed_after_its_silver_commit_resolves_as_it_did_the_first_time(
