@@ -136,8 +136,8 @@ def build_gold(spark: SparkSession, settings: Settings, options: GoldOptions) ->
             spark, path, aggregate.aggregate(sample.limit(0), gold).schema, PROPERTIES
         )
         plan = Plan(1, uuid.uuid4().hex[:12], None, state, shape, read)
-    elif last["until"] == state:
-        return result
+    elif last["until"] == state or not source.pending(spark, settings, src, last["until"], state):
+        return result  # nothing new, or only compactions of the source
     else:
         plan = Plan(int(last["n"]) + 1, str(last["run_id"]), last["until"], state, shape, read)
     result.plan = plan

@@ -247,10 +247,38 @@ def _switched(
 def source_version_lag(
     spark: SparkSession, settings: Settings, source: Source, state: State
 ) -> int:
-    """How many commits the source's tables have made since `state` (0: up to date)."""
-    now = pin(spark, settings, source)
-    keys = ("silver",) if source.kind == "silver" else ("offline", "realtime", "boundary_seq")
-    return sum(max(0, (now.get(k) or 0) - (state.get(k) or 0)) for k in keys)
+    """How many commits that change rows the source's tables have made since `state`
+    (0: up to date; see `pending`)."""
+    return pending(spark, settings, source, state, pin(spark, settings, source))
+
+
+# Beyond this many new commits of a table, `pending` counts them all rather than reading
+# each one's log entry (a build is due anyway).
+SCAN = 100
+
+
+def pending(
+    spark: SparkSession, settings: Settings, source: Source, since: State, now: State
+) -> int:
+    """How many of the source's commits between the two states can change its rows: every
+    commit of its tables but a compaction (`OPTIMIZE` rewrites files, not rows, and the change
+    feed carries nothing for it), plus the hybrid view's boundary moves. 0: a build of `now`
+    would write what the build of `since` wrote."""
+    count = 0
+    for key, path, _name in _tables(settings, source):
+        before, last = since.get(key), now.get(key)
+        first = 0 if before is None else before + 1
+        if last is None or last < first:
+            continue
+        if last - first >= SCAN:
+            count += last - first + 1
+            continue
+        for version in range(first, last + 1):
+            info = tables.commit_info(spark, path, version)
+            count += info is None or info.get("operation") != "OPTIMIZE"
+    if source.kind == "hybrid":
+        count += max(0, (now.get("boundary_seq") or 0) - (since.get("boundary_seq") or 0))
+    return count
 
 
 def _instant(iso: str | None) -> datetime | None:

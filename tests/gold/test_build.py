@@ -27,6 +27,7 @@ from lakehouse.gold.patch import Term, terms
 from lakehouse.silver import refine
 from lakehouse.silver.plan import SILVER_PROPERTIES
 from lakehouse.silver.scd1 import apply_scd1, scd1_schema
+from lakehouse.status import gold_summary
 from tests.bronze.helpers import run_job
 from tests.offline.helpers import (
     CHANGES,
@@ -447,4 +448,22 @@ def test_compactions_of_the_source_and_of_gold_change_no_gold_row(
     for table in (path, gold_path(settings, name)):
         history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()
         assert [r["operation"] for r in history].count("OPTIMIZE") >= 2, table
-    assert build_gold(spark, settings, GoldOptions(name)).describe() == f"gold.{name}: up to date"
+    up_to_date = f"gold.{name}: up to date"
+    assert build_gold(spark, settings, GoldOptions(name)).describe() == up_to_date
+    # A compaction alone is nothing to build: no run, no lag.
+    apply_events(spark, path, [(99, 1, Decimal("1.00"), 0, "u", 999)])
+    build_gold(spark, settings, GoldOptions(name))
+    built = tables.latest_version(spark, gold_path(settings, name))
+    compacted = tables.compact_when_due(spark, path, 1)
+    assert compacted is not None
+    assert (tables.commit_info(spark, path, compacted) or {})["operation"] == "OPTIMIZE"
+    (row,) = gold_summary(spark, settings).where(f"table = 'gold.{name}'").collect()
+    assert row["source_lag"] == 0
+    assert build_gold(spark, settings, GoldOptions(name)).describe() == up_to_date
+    assert tables.latest_version(spark, gold_path(settings, name)) == built
+    apply_events(spark, path, [(99, 2, Decimal("2.00"), 1, "u", 1000)])
+    (row,) = gold_summary(spark, settings).where(f"table = 'gold.{name}'").collect()
+    assert row["source_lag"] == 1
+    build_gold(spark, settings, GoldOptions(name))
+    final = [*events, (99, 1, Decimal("1.00"), 0, "u", 999), (99, 2, Decimal("2.00"), 1, "u", 1000)]
+    assert_gold(spark, settings, name, expected(spark, final))
