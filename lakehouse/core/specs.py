@@ -148,6 +148,10 @@ class SilverTableSettings:
     # Events: the column that orders versions of a key (a greater value wins; on a tie the
     # version already in silver stays, and two tied versions in one batch are not ordered).
     sequence_by: str = ""
+    # Upsert: a Spark SQL condition on a record that makes it a delete of its key at its
+    # `sequence_by` position (DLT's apply_as_deletes), e.g. `op = 'DELETE'`. The key keeps a
+    # tombstone for `tombstone_retention_hours`; empty: every record is an upsert.
+    apply_as_deletes: str = ""
     # Array columns exploded into one row each (after flattening nested structs with `_`).
     explode: tuple[str, ...] = ()
     # A field not in `schema`: evolve (add the column), rescue (keep it in `_rescued_data`),
@@ -181,6 +185,11 @@ class SilverTableSettings:
             raise ValueError(f"mode {self.mode!r} needs 'keys' (the primary key columns)")
         if self.mode == "upsert" and not self.sequence_by:
             raise ValueError("mode 'upsert' needs 'sequence_by' (the column ordering versions)")
+        if self.apply_as_deletes.strip() and self.mode != "upsert":
+            takes = "keeps every record" if self.mode == "append" else "takes deletes from the op"
+            raise ValueError(
+                f"'apply_as_deletes' is for mode upsert (events); mode {self.mode!r} {takes}"
+            )
         if self.tombstone_retention_hours < 0:
             raise ValueError("'tombstone_retention_hours' must be >= 0")
         for column, encoding in self.encodings.items():

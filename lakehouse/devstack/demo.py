@@ -9,9 +9,9 @@
 3. offline (`demo_offline`): the closed buckets of silver.orders move to offline.orders_offline,
    a backfill corrects a window, and the hybrid view silver.orders_hybrid is shown before and
    after, with the boundary's history;
-4. gold (`demo_gold`): build_gold keeps daily_revenue exact before and after the backfill and
-   after a late update of an order (through ingest, refine and a move), each time checked
-   against a recompute from the hybrid view."""
+4. gold (`demo_gold`): build_gold keeps daily_revenue exact before and after the backfill,
+   after a late update of an order and after a delete of another (each through ingest, refine
+   and a move), each time checked against a recompute from the hybrid view."""
 
 from __future__ import annotations
 
@@ -76,7 +76,12 @@ def run(spark: SparkSession, settings: Settings, events: int = 10) -> DemoResult
     demo_gold.build(spark, settings, "before the backfill")
     demo_offline.correct(spark, settings, bronze_step.first_id)
     demo_gold.build(spark, settings, "after the backfill: the window's groups change")
-    _late_update(spark, settings, bronze_step.first_id, events)
+    orders = sample_orders(events, bronze_step.first_id, START_MS, seed=bronze_step.first_id)
+    updated, deleted = orders[min(7, len(orders) - 1)], orders[min(8, len(orders) - 1)]
+    demo_gold.update_order(settings, updated)
+    _through_the_jobs(spark, settings, f"after a late update of order {updated['order_id']}")
+    demo_gold.delete_order(settings, deleted)
+    _through_the_jobs(spark, settings, f"after a delete of order {deleted['order_id']}")
     print(
         "\nDemo done. Explore the tables in notebooks/explore.ipynb; "
         "`lakehouse status` shows the per-table summary."
@@ -92,21 +97,18 @@ def run(spark: SparkSession, settings: Settings, events: int = 10) -> DemoResult
     )
 
 
-def _late_update(spark: SparkSession, settings: Settings, first_id: int, events: int) -> None:
-    """A later version of an order of the moved [02:00, 04:00) bucket, through every job:
+def _through_the_jobs(spark: SparkSession, settings: Settings, what: str) -> None:
+    """A change sent to an order of the moved [02:00, 04:00) bucket, through every job:
     ingest, refine, realtime_to_offline (it moves the bucket again), build_gold."""
     from lakehouse.bronze.ingest import IngestOptions, ingest
     from lakehouse.offline.move import MoveOptions, describe, move_all
     from lakehouse.silver.refine import RefineOptions, refine
 
-    orders = sample_orders(events, first_id, START_MS, seed=first_id)
-    order = orders[min(7, len(orders) - 1)]
-    demo_gold.update_order(settings, order)
     ingest(spark, settings, IngestOptions("orders"), "events")
     refine(spark, settings, RefineOptions("orders"))
     for moved in move_all(spark, settings, MoveOptions(demo_offline.TABLE)):
         print(describe(moved))
-    demo_gold.build(spark, settings, f"after a late update of order {order['order_id']}")
+    demo_gold.build(spark, settings, what)
 
 
 @dataclass(frozen=True)

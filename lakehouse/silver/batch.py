@@ -278,9 +278,9 @@ def write_silver(
     # and a change arriving after a snapshot read replaces it (`changes.snapshot_position`).
     arrival = F.struct(silver.TOPIC, silver.PARTITION, silver.OFFSET).alias(ARRIVAL)
     if mode == "upsert":
-        changes = silver.event_upserts(rows, plan.table.sequence_by).select(
-            *[f"`{c}`" for c in columns], OP, SEQ, arrival
-        )
+        changes = silver.event_upserts(
+            rows, plan.table.sequence_by, plan.table.apply_as_deletes
+        ).select(*[f"`{c}`" for c in columns], OP, SEQ, arrival)
         with tables.transaction(spark, plan.app_id, batch_id):
             scd1.apply_scd1(spark, plan.path, changes, keys, rows=count, snapshot_reads=False)
         return

@@ -127,6 +127,7 @@ def prepare(
     )
     _check_columns(name, table, records)
     _check_rules(name, expectations, records)
+    _check_deletes(name, table, records)
     if not tables.exists(spark, path):
         properties = {
             **SILVER_PROPERTIES,
@@ -301,6 +302,25 @@ def _check_rules(name: str, expectations: list[Expectation], records: DataFrame)
                 f"silver.{name}.expectations.{e.name}: {e.sql!r} does not resolve against the "
                 f"table ({reason}); its columns are: {', '.join(row_columns(records))}"
             )
+
+
+def _check_deletes(name: str, table: SilverTableSettings, records: DataFrame) -> None:
+    """`apply_as_deletes` must be a condition on the record's columns: a typo would otherwise
+    fail mid-batch, and a non-boolean one would delete nothing without a word."""
+    from pyspark.sql.types import BooleanType
+
+    condition = table.apply_as_deletes
+    if not condition.strip():
+        return
+    row = records.select(*[f"`{c}`" for c in row_columns(records)])
+    reason = analysis_error(partial(row.selectExpr, condition))
+    if reason is None and not isinstance(row.selectExpr(condition).schema[0].dataType, BooleanType):
+        reason = f"it is {row.selectExpr(condition).schema[0].dataType.simpleString()}, not boolean"
+    if reason is not None:
+        raise SettingsError(
+            f"silver.{name}.apply_as_deletes: {condition!r} is not a condition on the table's "
+            f"columns ({reason}); its columns are: {', '.join(row_columns(records))}"
+        )
 
 
 def row_columns(records: DataFrame) -> list[str]:

@@ -29,7 +29,7 @@ from lakehouse.quality.expectations import (
     mask_columns,
 )
 from lakehouse.silver import decode, exact_digits, nested
-from lakehouse.silver.changes import OP, SEQ, TS
+from lakehouse.silver.changes import DELETE, OP, SEQ, TS
 from lakehouse.silver.shape import explode_arrays, flatten
 
 if TYPE_CHECKING:
@@ -297,9 +297,10 @@ def _raw_where_needed(evaluated: DataFrame, expectations: Sequence[Expectation])
     )
 
 
-def event_upserts(records: DataFrame, sequence_by: str) -> DataFrame:
-    """Event records as changes for the keyed apply: every record is an upsert ordered by its
-    `sequence_by` value (timestamps by their microseconds)."""
+def event_upserts(records: DataFrame, sequence_by: str, deletes: str = "") -> DataFrame:
+    """Event records as changes for the keyed apply, ordered by their `sequence_by` value
+    (timestamps by their microseconds): a delete of its key where the `deletes` condition
+    (`apply_as_deletes`) holds, else an upsert."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DateType, TimestampType
 
@@ -309,7 +310,11 @@ def event_upserts(records: DataFrame, sequence_by: str) -> DataFrame:
         seq = F.unix_micros(seq)
     elif isinstance(kind, DateType):
         seq = F.unix_date(seq)
-    return records.withColumn(OP, F.lit("u")).withColumn(SEQ, seq.cast("long"))
+    op = F.lit("u")
+    if deletes.strip():
+        # A NULL verdict (a column the condition reads is missing) is not a delete.
+        op = F.when(F.coalesce(F.expr(deletes), F.lit(False)), F.lit(DELETE)).otherwise(op)
+    return records.withColumn(OP, op).withColumn(SEQ, seq.cast("long"))
 
 
 def silver_columns(batch: DataFrame) -> list[str]:

@@ -200,6 +200,10 @@ def test_silver_tables_with_expectations(tmp_path: Path) -> None:
         ("      - {name: both, sql: x > 1, expect: e}\n", "set exactly one of 'sql'"),
         ("      - {name: positive, sql: x > 1}\n", "expectation names must be unique"),
         ("    mode: scd3\n", "'mode' must be one of"),
+        (
+            "    mode: append\n    apply_as_deletes: amount < 0\n",
+            "'silver.orders': 'apply_as_deletes' is for mode upsert",
+        ),
     ],
 )
 def test_silver_table_errors_name_the_key(tmp_path: Path, change: str, message: str) -> None:
