@@ -91,7 +91,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
     records = plan.records(batch)
     columns = toast.toast_columns(records, plan.table.keys) if plan.kind == "cdc" else []
     first = _placeholders_unchecked(records, columns)
-    evaluated = silver.evaluated_for_cache(first, plan.expectations).persist()
+    evaluated = plan.evaluated(first).persist()
     read: int | None = None
     try:
         if plan.kind == "cdc":
@@ -108,7 +108,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
                     records = resolve.tombstones_as_deletes(spark, plan, records, target)
                 if has_placeholders:
                     records = resolve.unchanged_toast(plan, records, columns, target)
-                evaluated = silver.evaluated_for_cache(records, plan.expectations).persist()
+                evaluated = plan.evaluated(records).persist()
             clock.lap("parse")
         stats = batch_stats(
             evaluated, plan.expectations, plan.schema.names, nested.columns(plan.schema.struct)

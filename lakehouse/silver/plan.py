@@ -73,6 +73,12 @@ class Plan:
     def app_id(self) -> str:
         return f"{JOB}:{self.name}:{self.run_id}" + (f":{self.stream_id}" if self.stream_id else "")
 
+    def evaluated(self, records: DataFrame) -> DataFrame:
+        """`records` with the table's rules evaluated (`transform.evaluated_for_cache`),
+        including the columns an upsert cannot apply without."""
+        required = silver.required_columns(self.table.mode, self.table.keys, self.table.sequence_by)
+        return silver.evaluated_for_cache(records, self.expectations, required)
+
     def records(self, batch: DataFrame) -> DataFrame:
         """A micro-batch of bronze's feed as records (`transform`): its Columns are built
         once per schema and replayed on every later batch (`lakehouse.core.replayed`)."""

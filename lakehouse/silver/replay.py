@@ -65,7 +65,7 @@ def replay_quarantine(
     row = _row_schema(spark, path)
     pending = _as_records(_pending(spark, plan, version, where), row, kind)
     records = _blocked(_apply_fixes(pending, fixes, row, name), row)
-    evaluated = silver.evaluated_for_cache(records, plan.expectations).persist()
+    evaluated = plan.evaluated(records).persist()
     try:
         stats = batch_stats(evaluated.drop(_ID), plan.expectations)
         check_fail_rules(evaluated.drop(*silver.TRANSIENT, _ID), plan.expectations, stats.per_rule)

@@ -23,6 +23,7 @@ from lakehouse.quality.expectations import (
     ACTIONS,
     FAILED,
     MASK,
+    REMOVING,
     Expectation,
     evaluate,
     fails_any,
@@ -265,15 +266,26 @@ def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedS
     return flatten(explode_arrays(records, table.explode), keep=TRANSIENT)
 
 
-def evaluated_for_cache(records: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:
+def evaluated_for_cache(
+    records: DataFrame, expectations: Sequence[Expectation], required: Sequence[RequiredColumn] = ()
+) -> DataFrame:
     """The table's rules (`parsable` first) evaluated into the failed-rule bitmask, settled for
     rows user rules do not apply to: an unparsable record fails only `parsable`; a delete or
-    truncate fails nothing. The result is what a batch caches for its several reads, so it
-    keeps the raw bytes only where they can be needed (`_raw_where_needed`)."""
+    truncate fails nothing. `required`: (column, reason) pairs a row cannot go on without (an
+    upsert's keys and `sequence_by`, `required_columns`): a row with one of them NULL that no
+    rule of the table drops or quarantines fails `parsable` with `<reason>: <column>` as its
+    error. The result is what a batch caches for its several reads, so it keeps the raw bytes
+    only where they can be needed (`_raw_where_needed`)."""
     from pyspark.sql import functions as F
 
     assert expectations[0] == PARSABLE, "the parsable rule comes first"
     evaluated = evaluate(records, expectations)
+    missing = F.coalesce(
+        *[F.when(named(c).isNull(), F.lit(f"{why}: {c}")) for c, why in required], F.lit(None)
+    )
+    # A row a rule of the table already removes goes where that rule sends it.
+    unusable = F.when(F.col(ERROR).isNull() & ~fails_any(expectations, REMOVING), missing)
+    evaluated = evaluated.withColumn(ERROR, F.coalesce(F.col(ERROR), unusable))
     settled = {}
     for group, column in enumerate(mask_columns(len(expectations))):
         settled[column] = (
@@ -282,6 +294,17 @@ def evaluated_for_cache(records: DataFrame, expectations: Sequence[Expectation])
             .otherwise(F.col(column))
         )
     return _raw_where_needed(evaluated.withColumns(settled), expectations)
+
+
+RequiredColumn = tuple[str, str]  # a column, and the error naming it when it is NULL
+
+
+def required_columns(mode: str, keys: Sequence[str], sequence_by: str) -> list[RequiredColumn]:
+    """What an upsert cannot apply without: a NULL `sequence_by` would pin its key (no later
+    version is newer than NULL), and NULL keys are all one key."""
+    if mode != "upsert":
+        return []
+    return [*[(k, "null_key") for k in keys], (sequence_by, "null_sequence_by")]
 
 
 def _raw_where_needed(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:

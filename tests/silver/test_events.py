@@ -58,7 +58,7 @@ SILVER = (
 
 
 def order(
-    order_id: int | None, status: str, amount: object, ts: int, **extra: object
+    order_id: int | None, status: str, amount: object, ts: int | None, **extra: object
 ) -> dict[str, object]:
     return {
         "order_id": order_id,
@@ -641,3 +641,65 @@ def test_batch_after_batch_of_one_run_each_refines_as_a_first_batch_would(
         "batch_id long, rule string, failed long",
     )
     assert_df_equality(failed, expected_m, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_an_upsert_record_without_its_key_or_its_sequence_is_quarantined_naming_the_column(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """A null `sequence_by` value cannot be ordered: stored, it pinned its key (no later version
+    is newer than NULL), and null keys are all one key. Such records are quarantined with the
+    column named, unless a rule of the table already drops or quarantines them."""
+    first: list[object] = [
+        order(1, "created", 1.0, None),  # offset 0: no sequence
+        order(2, "paid", 2.0, 5),
+        order(None, "paid", 3.0, 5),  # 2: no key
+        order(None, "paid", 4.0, 6),  # 3: no key
+        order(3, "paid", -1.0, None),  # 4: the table's quarantine rule already takes it
+    ]
+    source, topic, name, settings = events_pipeline(
+        spark,
+        kafka_up,
+        first,
+        schema=ORDER_SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts",
+        expectations=(rule("amount_not_negative", "quarantine", sql="amount >= 0"),),
+    )
+    result = run_refine(spark, settings, name)
+    assert (result.rows_written, result.rows_quarantined) == (1, 4)
+    produce(settings, topic, [order(1, "paid", 5.0, 100)])
+    run_ingest(spark, settings, source)
+    run_refine(spark, settings, name)
+    assert_df_equality(
+        current(spark, settings, name),
+        spark.createDataFrame(
+            [(1, 7, "paid", 5.0, 100, None), (2, 7, "paid", 2.0, 5, None)], SILVER
+        ),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    q = quarantine(spark, settings, name).select("offset", "failed_rules", "parse_error")
+    expected = spark.createDataFrame(
+        [
+            (0, ["parsable"], "null_sequence_by: ts"),
+            (2, ["parsable"], "null_key: order_id"),
+            (3, ["parsable"], "null_key: order_id"),
+            (4, ["amount_not_negative"], None),
+        ],
+        "offset long, failed_rules array<string>, parse_error string",
+    )
+    assert_df_equality(q, expected, ignore_row_order=True, ignore_nullable=True)
+    # Nothing is lost: without a key they stay quarantined; given a position, order 1's first
+    # version (now the newest) applies.
+    still = replay_quarantine(spark, settings, name, where="offset IN (2, 3)")
+    assert (still.considered, still.replayed, still.still_quarantined) == (2, 0, 2)
+    fixed = replay_quarantine(spark, settings, name, fixes=[("ts", "150")], where="offset = 0")
+    assert (fixed.considered, fixed.replayed, fixed.still_quarantined) == (1, 1, 0)
+    assert_df_equality(
+        current(spark, settings, name),
+        spark.createDataFrame(
+            [(1, 7, "created", 1.0, 150, None), (2, 7, "paid", 2.0, 5, None)], SILVER
+        ),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
