@@ -122,9 +122,6 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
         write_silver(spark, plan, kept_rows, stats, batch_id)
         clock.lap("silver")
         faults.point("after_silver_commit")
-        if tables.compact_when_due(spark, plan.path, plan.compact_every) is not None:
-            clock.lap("compaction")
-            faults.point("after_compaction")
         if stats.quarantined:
             rejected = silver.quarantine_rows(
                 quarantined(evaluated, plan.expectations), plan.name, plan.run_id, batch_id
@@ -146,7 +143,11 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
         )
         tables.append_once(metrics, plan.metrics_path, plan.app_id, batch_id)
         clock.lap("metrics")
-        faults.point("after_metrics_commit")  # the checkpoint's commit of the batch comes next
+        faults.point("after_metrics_commit")
+        # Once the batch is whole: a compaction is maintenance, not part of the batch.
+        if tables.compact_when_due(spark, plan.path, plan.compact_every) is not None:
+            clock.lap("compaction")
+            faults.point("after_compaction")  # the checkpoint's commit of the batch comes next
     finally:
         evaluated.unpersist()
     return replace(stats, phases=tuple(clock.phases), read=read)

@@ -86,3 +86,24 @@ def test_properties_are_the_tables_own_as_last_committed_by_any_writer(
         "delta.checkpointInterval": "10",
         "pipelines.reset.allowed": "true",
     }
+
+
+def test_a_compaction_that_finds_nothing_to_rewrite_reports_none(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """OPTIMIZE commits nothing when each partition holds one file: no compaction's version is
+    returned (a refine batch then logs no compaction phase), and a table of several small
+    files is compacted in the version returned."""
+    path = str(tmp_path / "t")
+    tables.create_table(spark, path, SCHEMA, {})
+    spark.createDataFrame([(1,)], SCHEMA).coalesce(1).write.format("delta").mode("append").save(
+        path
+    )
+    assert tables.compact_when_due(spark, path, 1) is None
+    assert tables.latest_version(spark, path) == 1
+    spark.createDataFrame([(2,)], SCHEMA).coalesce(1).write.format("delta").mode("append").save(
+        path
+    )
+    assert tables.compact_when_due(spark, path, 2) == 3
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where("version = 3")
+    assert [r["operation"] for r in history.collect()] == ["OPTIMIZE"]

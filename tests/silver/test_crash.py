@@ -128,13 +128,13 @@ def test_sigkill_refine_mid_batch_ends_as_uninterrupted(
             "LAKEHOUSE_CONF_DIR": str(conf),
         }
     )
-    # The job compacts silver after every commit (a compaction is a commit of its own, between
-    # the batch's silver and quarantine commits).
+    # The job compacts silver after every commit (a compaction is a commit of its own, after
+    # the batch's metrics and before the checkpoint's commit).
     env["LAKEHOUSE__STORAGE__COMPACT_EVERY"] = "1"
     # Each run dies inside batch 0, between two of its commits; the next redoes the batch,
     # and must neither repeat what was committed nor lose what was not.
-    points = ("after_silver_commit", "after_compaction", "after_quarantine_commit")
-    for point in (*points, "after_metrics_commit"):
+    points = ("after_silver_commit", "after_quarantine_commit", "after_metrics_commit")
+    for point in (*points, "after_compaction"):
         died = run_job("refine_silver", ["--table", crashed], {**env, FAULT_ENV: point})
         assert died.returncode == -signal.SIGKILL, f"{point}: {died.stderr[-3000:]}"
     assert committed_batches(spark, settings, crashed) == 1  # batch 0's metrics, once
