@@ -1,8 +1,8 @@
 """Steady workloads for the sample pipeline, each keeping an independent model of what it
-wrote: orders events into Kafka (new orders, later versions, stale versions, exact duplicates)
-and changes to a customers table in PostgreSQL (inserts, updates, updates of untracked columns
-only, deletes). The fault test checks the lake against these models; the freshness benchmark
-times the records through the lake."""
+wrote: orders events into Kafka (new orders, later versions, deletes, stale versions, exact
+duplicates) and changes to a customers table in PostgreSQL (inserts, updates, updates of
+untracked columns only, deletes). The fault test checks the lake against these models; the
+freshness benchmark times the records through the lake."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ from lakehouse.core import kafka
 from lakehouse.core.settings import Settings
 
 STATUSES = ("created", "paid", "shipped", "cancelled")
+# A version with this status deletes its order (the shipped orders table's `apply_as_deletes`);
+# a later version brings it back.
+DELETED = "deleted"
 HOUR_MS = 3_600_000
 Order = dict[str, Any]  # order_id, customer_id, order_status, amount (Decimal), ts (epoch ms)
 
@@ -39,6 +42,10 @@ class OrdersModel:
 
     def latest(self) -> list[Order]:
         return [max(v, key=lambda o: o["ts"]) for v in self.versions.values()]
+
+    def live(self) -> list[Order]:
+        """What silver serves: each order's latest version, unless that version deletes it."""
+        return [o for o in self.latest() if o["order_status"] != DELETED]
 
 
 class OrdersWorkload:
@@ -98,8 +105,8 @@ class OrdersWorkload:
     def zone_orders(self) -> list[Order]:
         start, end = self.zone
         with self._lock:
-            latest = self.model.latest()
-        return [o for o in latest if start <= o["ts"] < end]
+            live = self.model.live()
+        return [o for o in live if start <= o["ts"] < end]
 
     def _next(self) -> Order:
         roll = self.rng.random()
@@ -117,7 +124,9 @@ class OrdersWorkload:
             ts = min(ts, now_ms())
             if ts <= latest["ts"]:
                 return self._new_order()
-            return {**latest, "order_status": self.rng.choice(STATUSES), "ts": ts}
+            # One later version in five deletes the order (its latest values, a later `ts`).
+            status = DELETED if self.rng.random() < 0.2 else self.rng.choice(STATUSES)
+            return {**latest, "order_status": status, "ts": ts}
         if roll < 0.9:  # stale: older than every version, so it must lose
             first = min(o["ts"] for o in versions)
             return {**latest, "amount": self._amount(), "ts": first - self.rng.randint(1, 1000)}

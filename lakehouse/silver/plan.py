@@ -75,8 +75,8 @@ class Plan:
 
     def evaluated(self, records: DataFrame) -> DataFrame:
         """`records` with the table's rules evaluated (`transform.evaluated_for_cache`),
-        including the columns an upsert cannot apply without."""
-        required = silver.required_columns(self.table.mode, self.table.keys, self.table.sequence_by)
+        including the column an upsert cannot apply without."""
+        required = silver.required_columns(self.table.mode, self.table.sequence_by)
         return silver.evaluated_for_cache(records, self.expectations, required)
 
     def records(self, batch: DataFrame) -> DataFrame:

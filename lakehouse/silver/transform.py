@@ -272,7 +272,7 @@ def evaluated_for_cache(
     """The table's rules (`parsable` first) evaluated into the failed-rule bitmask, settled for
     rows user rules do not apply to: an unparsable record fails only `parsable`; a delete or
     truncate fails nothing. `required`: (column, reason) pairs a row cannot go on without (an
-    upsert's keys and `sequence_by`, `required_columns`): a row with one of them NULL that no
+    upsert's `sequence_by`, `required_columns`): a row with one of them NULL that no
     rule of the table drops or quarantines fails `parsable` with `<reason>: <column>` as its
     error. The result is what a batch caches for its several reads, so it keeps the raw bytes
     only where they can be needed (`_raw_where_needed`)."""
@@ -280,12 +280,13 @@ def evaluated_for_cache(
 
     assert expectations[0] == PARSABLE, "the parsable rule comes first"
     evaluated = evaluate(records, expectations)
-    missing = F.coalesce(
-        *[F.when(named(c).isNull(), F.lit(f"{why}: {c}")) for c, why in required], F.lit(None)
-    )
-    # A row a rule of the table already removes goes where that rule sends it.
-    unusable = F.when(F.col(ERROR).isNull() & ~fails_any(expectations, REMOVING), missing)
-    evaluated = evaluated.withColumn(ERROR, F.coalesce(F.col(ERROR), unusable))
+    if required:
+        missing = F.coalesce(
+            *[F.when(named(c).isNull(), F.lit(f"{why}: {c}")) for c, why in required]
+        )
+        # A row a rule of the table already removes goes where that rule sends it.
+        unusable = F.when(F.col(ERROR).isNull() & ~fails_any(expectations, REMOVING), missing)
+        evaluated = evaluated.withColumn(ERROR, F.coalesce(F.col(ERROR), unusable))
     settled = {}
     for group, column in enumerate(mask_columns(len(expectations))):
         settled[column] = (
@@ -299,12 +300,11 @@ def evaluated_for_cache(
 RequiredColumn = tuple[str, str]  # a column, and the error naming it when it is NULL
 
 
-def required_columns(mode: str, keys: Sequence[str], sequence_by: str) -> list[RequiredColumn]:
+def required_columns(mode: str, sequence_by: str) -> list[RequiredColumn]:
     """What an upsert cannot apply without: a NULL `sequence_by` would pin its key (no later
-    version is newer than NULL), and NULL keys are all one key."""
-    if mode != "upsert":
-        return []
-    return [*[(k, "null_key") for k in keys], (sequence_by, "null_sequence_by")]
+    version is newer than NULL). A NULL key is a value like any other (keys match null-safe:
+    an exploded empty array's position is one)."""
+    return [(sequence_by, "null_sequence_by")] if mode == "upsert" else []
 
 
 def _raw_where_needed(evaluated: DataFrame, expectations: Sequence[Expectation]) -> DataFrame:

@@ -184,10 +184,11 @@ def test_the_pipeline_under_kills_outages_and_a_backfill_loses_and_doubles_nothi
         checked = exactly_once(spark, settings, names.orders, topic)
         checked += exactly_once(spark, settings, names.customers, pg.topic)
 
-        latest = orders.model.latest()
+        live = orders.model.live()
+        deleted = len(orders.model.latest()) - len(live)
         same_rows(
             current(spark, settings, "silver", names.orders).select(*ORDER_COLUMNS),
-            spark.createDataFrame(order_tuples(latest), ORDER_SCHEMA),
+            spark.createDataFrame(order_tuples(live), ORDER_SCHEMA),
         )
         with pg_connect(settings) as conn:
             in_postgres = conn.execute(
@@ -214,7 +215,7 @@ def test_the_pipeline_under_kills_outages_and_a_backfill_loses_and_doubles_nothi
         )
 
         start, end = zone
-        served = [o for o in latest if not start <= o["ts"] < end] + corrected
+        served = [o for o in live if not start <= o["ts"] < end] + corrected
         same_rows(
             hybrid.read_hybrid(spark, settings, names.offline).select(*ORDER_COLUMNS),
             spark.createDataFrame(order_tuples(served), ORDER_SCHEMA),
@@ -230,12 +231,13 @@ def test_the_pipeline_under_kills_outages_and_a_backfill_loses_and_doubles_nothi
         print(
             f"\nkills {report.kills}, restarts after an exit {report.restarts}, "
             f"{', '.join(report.actions)}; orders produced {orders.produced} "
-            f"({len(latest)} orders, {len(corrected)} backfilled), PostgreSQL changes "
-            f"{customers.changes}; "
+            f"({len(live)} orders, {deleted} deleted, {len(corrected)} backfilled), PostgreSQL "
+            f"changes {customers.changes}; "
             f"Kafka offsets checked {checked}"
         )
         assert report.kills >= KILLS, report
         assert len(corrected) > 0, "the backfill window got no orders"
+        assert deleted > 0, "no order ended deleted"
 
 
 def stages(

@@ -643,18 +643,17 @@ def test_batch_after_batch_of_one_run_each_refines_as_a_first_batch_would(
     assert_df_equality(failed, expected_m, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_an_upsert_record_without_its_key_or_its_sequence_is_quarantined_naming_the_column(
+def test_an_upsert_record_without_its_sequence_value_is_quarantined_naming_the_column(
     spark: SparkSession, kafka_up: Settings
 ) -> None:
-    """A null `sequence_by` value cannot be ordered: stored, it pinned its key (no later version
-    is newer than NULL), and null keys are all one key. Such records are quarantined with the
-    column named, unless a rule of the table already drops or quarantines them."""
+    """A NULL `sequence_by` value cannot be ordered: stored, it pinned its key (no later version
+    is newer than NULL). Such records are quarantined with the column named, unless a rule of
+    the table already drops or quarantines them, and replay applies them once repaired."""
     first: list[object] = [
         order(1, "created", 1.0, None),  # offset 0: no sequence
         order(2, "paid", 2.0, 5),
-        order(None, "paid", 3.0, 5),  # 2: no key
-        order(None, "paid", 4.0, 6),  # 3: no key
-        order(3, "paid", -1.0, None),  # 4: the table's quarantine rule already takes it
+        order(3, "paid", -1.0, None),  # 2: the table's quarantine rule already takes it
+        order(2, "paid", 3.0, None),  # 3: no sequence for a key silver holds
     ]
     source, topic, name, settings = events_pipeline(
         spark,
@@ -666,7 +665,7 @@ def test_an_upsert_record_without_its_key_or_its_sequence_is_quarantined_naming_
         expectations=(rule("amount_not_negative", "quarantine", sql="amount >= 0"),),
     )
     result = run_refine(spark, settings, name)
-    assert (result.rows_written, result.rows_quarantined) == (1, 4)
+    assert (result.rows_written, result.rows_quarantined) == (1, 3)
     produce(settings, topic, [order(1, "paid", 5.0, 100)])
     run_ingest(spark, settings, source)
     run_refine(spark, settings, name)
@@ -682,17 +681,16 @@ def test_an_upsert_record_without_its_key_or_its_sequence_is_quarantined_naming_
     expected = spark.createDataFrame(
         [
             (0, ["parsable"], "null_sequence_by: ts"),
-            (2, ["parsable"], "null_key: order_id"),
-            (3, ["parsable"], "null_key: order_id"),
-            (4, ["amount_not_negative"], None),
+            (2, ["amount_not_negative"], None),
+            (3, ["parsable"], "null_sequence_by: ts"),
         ],
         "offset long, failed_rules array<string>, parse_error string",
     )
     assert_df_equality(q, expected, ignore_row_order=True, ignore_nullable=True)
-    # Nothing is lost: without a key they stay quarantined; given a position, order 1's first
+    # Nothing is lost: without a position it stays quarantined; given one, order 1's first
     # version (now the newest) applies.
-    still = replay_quarantine(spark, settings, name, where="offset IN (2, 3)")
-    assert (still.considered, still.replayed, still.still_quarantined) == (2, 0, 2)
+    still = replay_quarantine(spark, settings, name, where="offset = 3")
+    assert (still.considered, still.replayed, still.still_quarantined) == (1, 0, 1)
     fixed = replay_quarantine(spark, settings, name, fixes=[("ts", "150")], where="offset = 0")
     assert (fixed.considered, fixed.replayed, fixed.still_quarantined) == (1, 1, 0)
     assert_df_equality(
