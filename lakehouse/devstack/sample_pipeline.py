@@ -80,6 +80,7 @@ def pipeline_conf(
                 "schema": ORDER_SCHEMA,
                 "keys": ["order_id"],
                 "sequence_by": "ts",
+                "apply_as_deletes": "order_status = 'deleted'",
                 "schema_drift": "rescue",
                 "expectations": [
                     {"name": "amount_not_negative", "sql": "amount >= 0", "action": "quarantine"}

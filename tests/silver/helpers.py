@@ -134,6 +134,18 @@ def current(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     return current_rows(silver_table(spark, settings, name))
 
 
+def assert_current(
+    spark: SparkSession, settings: Settings, name: str, rows: list[tuple[Any, ...]], schema: str
+) -> None:
+    """The table's current rows are exactly `rows` (in any order)."""
+    assert_df_equality(
+        current(spark, settings, name),
+        spark.createDataFrame(rows, schema),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
 def quarantine(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     path = settings.storage.path("_system", "quarantine")
     return spark.read.format("delta").load(path).where(f"`table` = '{name}'")

@@ -15,7 +15,7 @@ from lakehouse.core.settings import Settings
 from tests.bronze.helpers import run_ingest
 from tests.silver.helpers import (
     ORDER_SCHEMA,
-    current,
+    assert_current,
     events_pipeline,
     produce,
     quarantine,
@@ -64,13 +64,12 @@ def test_a_delete_record_removes_its_key_and_its_tombstone_holds_off_older_versi
         expectations=RULES,
     )
     run_refine(spark, settings, name)
-    assert_df_equality(
-        current(spark, settings, name),
-        spark.createDataFrame(
-            [(2, 7, "paid", 5.0, 100, None), (4, 7, "paid", 4.0, 100, None)], LIVE
-        ),
-        ignore_row_order=True,
-        ignore_nullable=True,
+    assert_current(
+        spark,
+        settings,
+        name,
+        [(2, 7, "paid", 5.0, 100, None), (4, 7, "paid", 4.0, 100, None)],
+        LIVE,
     )
 
     produce(
@@ -86,17 +85,12 @@ def test_a_delete_record_removes_its_key_and_its_tombstone_holds_off_older_versi
     )
     run_ingest(spark, settings, source)
     run_refine(spark, settings, name)
-    expected = spark.createDataFrame(
-        [
-            (1, 7, "paid", 12.0, 300, None),
-            (4, 7, "paid", 4.0, 100, None),
-            (6, 7, "paid", 1.0, 1, None),
-        ],
-        LIVE,
-    )
-    assert_df_equality(
-        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
-    )
+    expected = [
+        (1, 7, "paid", 12.0, 300, None),
+        (4, 7, "paid", 4.0, 100, None),
+        (6, 7, "paid", 1.0, 1, None),
+    ]
+    assert_current(spark, settings, name, expected, LIVE)
     # The tombstones: order 2 keeps its last values at the delete's position; order 3's
     # holds only the key.
     tombstones = silver_table(spark, settings, name).where("__deleted")
@@ -120,9 +114,7 @@ def test_a_delete_record_removes_its_key_and_its_tombstone_holds_off_older_versi
 
     # All of bronze in one batch ends the same.
     run_refine(spark, settings, name, full_refresh=True)
-    assert_df_equality(
-        current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
-    )
+    assert_current(spark, settings, name, expected, LIVE)
 
 
 @pytest.mark.parametrize(

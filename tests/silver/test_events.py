@@ -27,6 +27,7 @@ from lakehouse.status import silver_summary
 from tests.bronze.helpers import run_ingest
 from tests.silver.helpers import (
     ORDER_SCHEMA,
+    assert_current,
     current,
     events_pipeline,
     metrics,
@@ -669,13 +670,12 @@ def test_an_upsert_record_without_its_sequence_value_is_quarantined_naming_the_c
     produce(settings, topic, [order(1, "paid", 5.0, 100)])
     run_ingest(spark, settings, source)
     run_refine(spark, settings, name)
-    assert_df_equality(
-        current(spark, settings, name),
-        spark.createDataFrame(
-            [(1, 7, "paid", 5.0, 100, None), (2, 7, "paid", 2.0, 5, None)], SILVER
-        ),
-        ignore_row_order=True,
-        ignore_nullable=True,
+    assert_current(
+        spark,
+        settings,
+        name,
+        [(1, 7, "paid", 5.0, 100, None), (2, 7, "paid", 2.0, 5, None)],
+        SILVER,
     )
     q = quarantine(spark, settings, name).select("offset", "failed_rules", "parse_error")
     expected = spark.createDataFrame(
@@ -693,11 +693,10 @@ def test_an_upsert_record_without_its_sequence_value_is_quarantined_naming_the_c
     assert (still.considered, still.replayed, still.still_quarantined) == (1, 0, 1)
     fixed = replay_quarantine(spark, settings, name, fixes=[("ts", "150")], where="offset = 0")
     assert (fixed.considered, fixed.replayed, fixed.still_quarantined) == (1, 1, 0)
-    assert_df_equality(
-        current(spark, settings, name),
-        spark.createDataFrame(
-            [(1, 7, "created", 1.0, 150, None), (2, 7, "paid", 2.0, 5, None)], SILVER
-        ),
-        ignore_row_order=True,
-        ignore_nullable=True,
+    assert_current(
+        spark,
+        settings,
+        name,
+        [(1, 7, "created", 1.0, 150, None), (2, 7, "paid", 2.0, 5, None)],
+        SILVER,
     )
