@@ -175,7 +175,9 @@ def test_sigkill_refine_mid_batch_ends_as_uninterrupted(
         assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
     assert committed_batches(spark, settings, crashed) == FILES
     history = spark.sql(f"DESCRIBE HISTORY delta.`{settings.storage.path('silver', crashed)}`")
-    assert history.where("operation = 'OPTIMIZE'").count() >= 2  # the kills met compactions
+    # The kill after a compaction met one (the job reached that point only after an OPTIMIZE
+    # commit); the continuous run's batches compact only when a MERGE left several files.
+    assert history.where("operation = 'OPTIMIZE'").count() >= 1
 
 
 def test_a_cdc_batch_replayed_after_its_silver_commit_resolves_as_it_did_the_first_time(
