@@ -47,7 +47,6 @@ from lakehouse.core.specs import SilverTableSettings, SourceSettings
 from lakehouse.devstack.kafka import kafka_status, start_kafka, stop_kafka
 from lakehouse.silver import batch as refine_batch
 from lakehouse.silver import plan as silver_plan
-from lakehouse.silver import transform as silver
 from lakehouse.silver.refine import RefineOptions, refine
 
 if TYPE_CHECKING:
@@ -241,7 +240,7 @@ def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int,
 
     def evaluated() -> DataFrame:
         records = silver_plan.transform(rows, plan.table, plan.kind, plan.schema)
-        return silver.evaluated_for_cache(records, plan.expectations)
+        return plan.evaluated(records)  # as a refine batch does
 
     def cached_stats() -> None:
         df = evaluated().persist()

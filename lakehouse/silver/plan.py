@@ -320,8 +320,10 @@ def _check_deletes(name: str, table: SilverTableSettings, records: DataFrame) ->
         return
     row = records.select(*[f"`{c}`" for c in row_columns(records)])
     reason = analysis_error(partial(row.selectExpr, condition))
-    if reason is None and not isinstance(row.selectExpr(condition).schema[0].dataType, BooleanType):
-        reason = f"it is {row.selectExpr(condition).schema[0].dataType.simpleString()}, not boolean"
+    if reason is None:
+        kind = row.selectExpr(condition).schema[0].dataType
+        if not isinstance(kind, BooleanType):
+            reason = f"it is {kind.simpleString()}, not boolean"
     if reason is not None:
         raise SettingsError(
             f"silver.{name}.apply_as_deletes: {condition!r} is not a condition on the table's "

@@ -267,7 +267,7 @@ def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedS
 
 
 def evaluated_for_cache(
-    records: DataFrame, expectations: Sequence[Expectation], required: Sequence[RequiredColumn] = ()
+    records: DataFrame, expectations: Sequence[Expectation], required: Sequence[RequiredColumn]
 ) -> DataFrame:
     """The table's rules (`parsable` first) evaluated into the failed-rule bitmask, settled for
     rows user rules do not apply to: an unparsable record fails only `parsable`; a delete or
