@@ -285,6 +285,7 @@ def write_once(
     version: int,
     mode: str = "append",
     replace_where: str | None = None,
+    overwrite_schema: bool = False,
 ) -> None:
     """Write `rows` in one commit (append, overwrite, or overwrite of the rows matching
     `replace_where`), unless `app_id` already committed `version` (or later) to this table:
@@ -292,6 +293,8 @@ def write_once(
     writer = rows.write.format("delta").mode(mode)
     if replace_where is not None:
         writer = writer.option("replaceWhere", replace_where)
+    if overwrite_schema:
+        writer = writer.option("overwriteSchema", "true")
     writer.option("txnAppId", app_id).option("txnVersion", str(version)).save(path)
 
 
@@ -336,8 +339,12 @@ def is_write_conflict(exc: BaseException) -> bool:
 
 
 def overwrite_once(rows: DataFrame, path: str, app_id: str, version: int) -> None:
-    """Replace the table's rows with `rows` in one commit, idempotent like `append_once`."""
-    write_once(rows, path, app_id, version, mode="overwrite")
+    """Replace the table's rows with `rows` in one commit, idempotent like `append_once`; its
+    schema too where `rows` has another (Delta's overwriteSchema; not set for the same schema,
+    which would still commit a schema change for the table's streaming readers to stop on)."""
+    current = rows.sparkSession.read.format("delta").load(path).schema
+    other = [(f.name, f.dataType) for f in current] != [(f.name, f.dataType) for f in rows.schema]
+    write_once(rows, path, app_id, version, mode="overwrite", overwrite_schema=other)
 
 
 @contextmanager

@@ -127,8 +127,11 @@ def build_gold(spark: SparkSession, settings: Settings, options: GoldOptions) ->
     shape = definition(gold)
     stale = None if last is None else _stale(spark, settings, src, last, shape)
     if stale:
+        # Rebuilt in place: readers keep the old rows until the rebuild's one commit replaces
+        # them (a dropped table served nothing meanwhile, nor after a crash before the commit),
+        # and the table's history and change feed go on.
         log.warning("gold.%s: %s; rebuilding", options.table, stale)
-        full_refresh(spark, settings, options.table, stale)
+        _record_refresh(spark, settings, options.table, stale)
         last = None
     read = source.commits(spark, settings, src, state)
     if last is None:  # a new table, or one whose last build left no trace: build it all
@@ -210,6 +213,10 @@ def full_refresh(spark: SparkSession, settings: Settings, name: str, reason: str
     refresh is recorded in `_system/gold_log` (with `reason` when it was not asked for), the
     metrics keep their history."""
     fs.delete(spark, gold_path(settings, name))
+    _record_refresh(spark, settings, name, reason)
+
+
+def _record_refresh(spark: SparkSession, settings: Settings, name: str, reason: str) -> None:
     record = {"event": "full_refresh", "subject": f"gold.{name}"}
     system.append_log(
         spark, settings, system.GOLD_LOG, {**record, **({"reason": reason} if reason else {})}
@@ -248,7 +255,7 @@ def _execute(
     )
     with runtime_conf(spark, tables.user_metadata_conf(marker)):
         if keys is None:
-            tables.overwrite_once(checked.kept, path, app_id, plan.n)
+            tables.overwrite_once(checked.kept, path, app_id, plan.n)  # its schema too
         else:
             changes = aggregate.merge_source(keys, checked.kept, gold)
             _merge(spark, path, gold, changes, app_id, plan.n)

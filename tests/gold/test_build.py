@@ -18,7 +18,7 @@ import yaml
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse.core import system, tables
+from lakehouse.core import faults, system, tables
 from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import ExpectationSettings, GoldTableSettings
@@ -369,6 +369,48 @@ def test_expectations_on_gold_rows_warn_drop_and_count(
         for r in metrics.where(f"`table` = 'gold.{name}'").collect()
     }
     assert counts == {"small_groups": (1, 1), "big_spender": (1, 1)}
+
+
+class Crashed(Exception):
+    """A run stopped at a fault point (in this process: what it left on disk is the subject)."""
+
+
+def test_a_rebuild_for_a_changed_definition_serves_the_old_rows_until_it_commits(
+    spark: SparkSession, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropping gold to rebuild it left readers no table until the rebuild committed, and none
+    at all after a crash in between. The new definition adds a column: the rebuild replaces
+    the schema too, in the same commit, and the table's history goes on."""
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    name, settings = with_gold(settings, realtime)
+    path = realtime_path(settings, offline)
+    first = [(1, 1, Decimal("10.00"), 0, "u", 1), (2, 1, Decimal("20.00"), 0, "u", 2)]
+    apply_events(spark, path, first)
+    build_gold(spark, settings, GoldOptions(name))
+    old = [(T0.date(), 1, Decimal("30.00"), 2, Decimal("20.00"))]
+    spec = settings.gold[name]
+    wider = replace(spec, aggregates={**spec.aggregates, "smallest": "min(amount)"})
+    settings = replace(settings, gold={**settings.gold, name: wider})
+    apply_events(spark, path, [(3, 1, Decimal("5.00"), 0, "u", 3)])
+
+    def crash(point: str) -> None:
+        if point == "before_gold_commit":
+            raise Crashed(point)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(faults, "point", crash)
+        with pytest.raises(Crashed):
+            build_gold(spark, settings, GoldOptions(name))
+    assert_gold(spark, settings, name, spark.createDataFrame(old, GOLD))
+    rebuilt = build_gold(spark, settings, GoldOptions(name)).describe()
+    assert rebuilt.startswith(f"gold.{name}: rebuilt run 1:"), rebuilt
+    expected = [(T0.date(), 1, Decimal("35.00"), 3, Decimal("20.00"), Decimal("5.00"))]
+    wider_gold = spark.createDataFrame(expected, f"{GOLD}, smallest decimal(12,2)")
+    assert_gold(spark, settings, name, wider_gold)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{gold_path(settings, name)}`").collect()
+    # The first build and the rebuild: one table.
+    assert [r["operation"] for r in history if r["operation"] == "WRITE"] == ["WRITE", "WRITE"]
 
 
 @pytest.mark.parametrize("incremental", [False, True], ids=["first-build", "patched-run"])
