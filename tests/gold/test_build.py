@@ -5,129 +5,41 @@ gold equals a full recompute computed independently (in Python) from the events.
 from __future__ import annotations
 
 import random
-from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import replace
-from datetime import date, timedelta
+from datetime import timedelta
 from decimal import Decimal
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from chispa import assert_df_equality
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
-from lakehouse.core import faults, system, tables
-from lakehouse.core.faults import FAULT_ENV
+from lakehouse.core import system, tables
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import ExpectationSettings, GoldTableSettings
 from lakehouse.gold.build import GoldOptions, build_gold, gold_path
 from lakehouse.gold.patch import Term, terms
 from lakehouse.silver import refine
 from lakehouse.silver.plan import SILVER_PROPERTIES
-from lakehouse.silver.scd1 import apply_scd1, scd1_schema
+from lakehouse.silver.scd1 import scd1_schema
 from lakehouse.status import gold_summary
-from tests.bronze.helpers import run_job
+from tests.gold.helpers import (
+    GOLD,
+    PATCHED,
+    PATCHED_GOLD,
+    Event,
+    apply_events,
+    assert_gold,
+    gold_rows,
+    model,
+    patched_model,
+    random_events,
+    with_gold,
+)
 from tests.offline.helpers import (
-    CHANGES,
     T0,
-    ms,
     offline_setup,
     realtime_path,
     row_schema,
 )
-from tests.offline.test_move import job_env
-
-GOLD = "day date, customer_id bigint, revenue decimal(22,2), orders bigint, biggest decimal(12,2)"
-# Aggregates a run patches (sums and counts of exact types, with count(*)).
-PATCHED = {"revenue": "sum(amount)", "orders": "count(*)", "priced": "count(amount)"}
-PATCHED_GOLD = "day date, customer_id bigint, revenue decimal(22,2), orders bigint, priced bigint"
-# key, customer, amount, day (0..3), op (u | d), seq
-Event = tuple[int, int, Decimal | None, int, str, int]
-
-
-def with_gold(
-    settings: Settings, source: str, aggregates: dict[str, str] | None = None, **extra: Any
-) -> tuple[str, Settings]:
-    name = f"g_{source}"
-    spec = GoldTableSettings(
-        source=source,
-        group_by={"day": "to_date(timestamp_millis(ts))", "customer_id": "customer_id"},
-        aggregates=aggregates
-        or {"revenue": "sum(amount)", "orders": "count(*)", "biggest": "max(amount)"},
-        **extra,
-    )
-    return name, replace(settings, gold={**settings.gold, name: spec})
-
-
-def apply_events(spark: SparkSession, path: str, events: Sequence[Event]) -> None:
-    rows = [
-        (key, customer, "paid", amount, ms(T0 + timedelta(days=day, hours=key % 24)), None, op, seq)
-        for key, customer, amount, day, op, seq in events
-    ]
-    apply_scd1(spark, path, spark.createDataFrame(rows, CHANGES), ["order_id"])
-
-
-def amounts(delivered: Sequence[Event]) -> dict[tuple[date, int], list[Decimal | None]]:
-    """Per group, the amounts of its orders: per key the delivered event with the highest
-    position (a delete removes the key), in Python."""
-    latest: dict[int, Event] = {}
-    for event in delivered:
-        if event[0] not in latest or event[5] > latest[event[0]][5]:
-            latest[event[0]] = event
-    groups: dict[tuple[date, int], list[Decimal | None]] = defaultdict(list)
-    for key, customer, amount, day, op, _seq in latest.values():
-        if op == "u":
-            groups[((T0 + timedelta(days=day, hours=key % 24)).date(), customer)].append(amount)
-    return groups
-
-
-def model(spark: SparkSession, delivered: Sequence[Event]) -> DataFrame:
-    """What gold must hold (amounts are never null here)."""
-    rows = [(d, c, sum(a), len(a), max(a)) for (d, c), a in amounts(delivered).items()]  # type: ignore[arg-type,type-var]
-    return spark.createDataFrame(rows, GOLD)
-
-
-def patched_model(spark: SparkSession, delivered: Sequence[Event]) -> DataFrame:
-    """What a gold table of PATCHED must hold: SQL's sum is NULL over no non-null value."""
-    rows = []
-    for (d, c), values in amounts(delivered).items():
-        known = [a for a in values if a is not None]
-        rows.append((d, c, sum(known) if known else None, len(values), len(known)))
-    return spark.createDataFrame(rows, PATCHED_GOLD)
-
-
-def gold_rows(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
-    return spark.read.format("delta").load(gold_path(settings, name))
-
-
-def assert_gold(spark: SparkSession, settings: Settings, name: str, expected: DataFrame) -> None:
-    assert_df_equality(
-        gold_rows(spark, settings, name),
-        expected,
-        ignore_row_order=True,
-        ignore_nullable=True,
-        ignore_column_order=True,
-    )
-
-
-def random_events(rng: random.Random, count: int, nulls: float = 0.0) -> list[Event]:
-    """Upserts and deletes of 15 keys over 3 customers and 4 days; with `nulls`, that share
-    of the amounts is NULL and some are zero or negative."""
-    events: list[Event] = []
-    for seq in range(1, count + 1):
-        key = rng.randint(1, 15)
-        if rng.random() < 0.2:
-            events.append((key, 0, Decimal(0), 0, "d", seq))
-            continue
-        amount: Decimal | None = Decimal(rng.randint(1, 50_000)) / 100
-        if nulls and rng.random() < nulls:
-            amount = None
-        elif nulls:
-            amount = rng.choice([amount, Decimal("0.00"), Decimal(rng.randint(-3, 3))])
-        events.append((key, rng.randint(1, 3), amount, rng.randint(0, 3), "u", seq))
-    return events
 
 
 @pytest.mark.parametrize(
@@ -369,102 +281,6 @@ def test_expectations_on_gold_rows_warn_drop_and_count(
         for r in metrics.where(f"`table` = 'gold.{name}'").collect()
     }
     assert counts == {"small_groups": (1, 1), "big_spender": (1, 1)}
-
-
-class Crashed(Exception):
-    """A run stopped at a fault point (in this process: what it left on disk is the subject)."""
-
-
-def test_a_rebuild_for_a_changed_definition_serves_the_old_rows_until_it_commits(
-    spark: SparkSession, settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Dropping gold to rebuild it left readers no table until the rebuild committed, and none
-    at all after a crash in between. The new definition adds a column: the rebuild replaces
-    the schema too, in the same commit, and the table's history goes on."""
-    offline, settings = offline_setup(spark, settings)
-    realtime = settings.offline_table(offline).realtime
-    name, settings = with_gold(settings, realtime)
-    path = realtime_path(settings, offline)
-    first = [(1, 1, Decimal("10.00"), 0, "u", 1), (2, 1, Decimal("20.00"), 0, "u", 2)]
-    apply_events(spark, path, first)
-    build_gold(spark, settings, GoldOptions(name))
-    old = [(T0.date(), 1, Decimal("30.00"), 2, Decimal("20.00"))]
-    spec = settings.gold[name]
-    wider = replace(spec, aggregates={**spec.aggregates, "smallest": "min(amount)"})
-    settings = replace(settings, gold={**settings.gold, name: wider})
-    apply_events(spark, path, [(3, 1, Decimal("5.00"), 0, "u", 3)])
-
-    def crash(point: str) -> None:
-        if point == "before_gold_commit":
-            raise Crashed(point)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(faults, "point", crash)
-        with pytest.raises(Crashed):
-            build_gold(spark, settings, GoldOptions(name))
-    assert_gold(spark, settings, name, spark.createDataFrame(old, GOLD))
-    rebuilt = build_gold(spark, settings, GoldOptions(name)).describe()
-    assert rebuilt.startswith(f"gold.{name}: rebuilt run 1:"), rebuilt
-    expected = [(T0.date(), 1, Decimal("35.00"), 3, Decimal("20.00"), Decimal("5.00"))]
-    wider_gold = spark.createDataFrame(expected, f"{GOLD}, smallest decimal(12,2)")
-    assert_gold(spark, settings, name, wider_gold)
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{gold_path(settings, name)}`").collect()
-    # The first build and the rebuild: one table.
-    assert [r["operation"] for r in history if r["operation"] == "WRITE"] == ["WRITE", "WRITE"]
-
-
-@pytest.mark.parametrize("incremental", [False, True], ids=["first-build", "patched-run"])
-@pytest.mark.parametrize("fault", ["before_gold_commit", "after_gold_commit"])
-def test_a_crash_around_the_commit_then_a_rerun_ends_as_one_run(
-    spark: SparkSession, settings: Settings, tmp_path: Path, fault: str, incremental: bool
-) -> None:
-    """A patched run applied twice would count its changes twice: the rerun must find the
-    killed run's commit, or redo it from the same gold rows."""
-    offline, settings = offline_setup(spark, settings)
-    realtime = settings.offline_table(offline).realtime
-    name, settings = with_gold(settings, realtime, aggregates=PATCHED if incremental else None)
-    events = random_events(random.Random(7), 40, nulls=0.3 if incremental else 0.0)  # noqa: S311
-    built, killed = (events[:20], events[20:]) if incremental else ([], events)
-    path = realtime_path(settings, offline)
-    if built:
-        apply_events(spark, path, built)
-        build_gold(spark, settings, GoldOptions(name))
-    apply_events(spark, path, killed)
-    env = job_env(settings, offline, tmp_path)
-    gold_conf = tmp_path / "conf" / "test" / "gold_job.yml"
-    spec = settings.gold[name]
-    gold_conf.write_text(
-        yaml.safe_dump(
-            {
-                "gold": {
-                    name: {
-                        "source": realtime,
-                        "group_by": dict(spec.group_by),
-                        "aggregates": dict(spec.aggregates),
-                    }
-                }
-            }
-        )
-    )
-    done = run_job("build_gold", ["--table", name], {**env, FAULT_ENV: fault})
-    assert done.returncode == -9, done.stderr[-2000:]
-    # The rerun reads only what the killed run left on disk: in this JVM (a job's exit and
-    # output after a crash are test_console's and test_exit_codes' subject).
-    rerun = build_gold(spark, settings, GoldOptions(name)).describe()
-    if fault == "after_gold_commit":
-        assert rerun == f"gold.{name}: up to date"  # the killed run had committed
-    elif incremental:
-        assert rerun.startswith(f"gold.{name}: incremental run 2:"), rerun  # redone
-        assert " patched and " in rerun, rerun
-    else:
-        assert rerun.startswith(f"gold.{name}: rebuilt run 1:")  # nothing was: redone
-    assert_gold(spark, settings, name, (patched_model if incremental else model)(spark, events))
-    writes = [
-        r
-        for r in spark.sql(f"DESCRIBE HISTORY delta.`{gold_path(settings, name)}`").collect()
-        if r["operation"] in ("WRITE", "MERGE")
-    ]
-    assert len(writes) == (2 if incremental else 1)
 
 
 @pytest.mark.parametrize("patched", [False, True], ids=["recomputed", "patched"])

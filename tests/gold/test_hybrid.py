@@ -16,7 +16,7 @@ from lakehouse.core.settings import Settings
 from lakehouse.gold.build import GoldOptions, build_gold, gold_path
 from lakehouse.offline.backfill import BackfillOptions, backfill
 from lakehouse.offline.move import MoveOptions, realtime_to_offline
-from tests.gold.test_build import GOLD, PATCHED, PATCHED_GOLD, assert_gold, with_gold
+from tests.gold.helpers import GOLD, PATCHED, PATCHED_GOLD, assert_gold, with_gold
 from tests.offline.helpers import T0, Order, offline_setup, order, upsert
 
 H = timedelta(hours=1)

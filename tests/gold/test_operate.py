@@ -12,7 +12,7 @@ from lakehouse.core.specs import ExpectationSettings
 from lakehouse.gold.build import GoldOptions, build_gold
 from lakehouse.quality.validate import validate
 from lakehouse.status import gold_summary
-from tests.gold.test_build import apply_events, with_gold
+from tests.gold.helpers import apply_events, with_gold
 from tests.offline.helpers import offline_setup, realtime_path
 
 
