@@ -195,6 +195,14 @@ def latest_version(spark: SparkSession, path: str) -> int:
     return version
 
 
+def table_id(spark: SparkSession, path: str) -> str:
+    """The table's id (Delta's `metaData.id`): one per table created at the path, kept by every
+    later commit, a new one after the path was dropped and the table created again."""
+    from delta.tables import DeltaTable
+
+    return str(DeltaTable.forPath(spark, path).detail().select("id").first()[0])  # type: ignore[index]
+
+
 def restores(spark: SparkSession, path: str, after: int, limit: int) -> list[tuple[int, int, int]]:
     """(its version, the version restored, the version before it) of each RESTORE committed
     after version `after`, among the table's latest `limit` commits, newest first."""

@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import json
 import logging
-import uuid
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -138,7 +137,7 @@ def build_gold(spark: SparkSession, settings: Settings, options: GoldOptions) ->
         tables.create_table(
             spark, path, aggregate.aggregate(sample.limit(0), gold).schema, PROPERTIES
         )
-        plan = Plan(1, uuid.uuid4().hex[:12], None, state, shape, read)
+        plan = Plan(1, _new_run_id(spark, path, shape), None, state, shape, read)
     elif last["until"] == state or not source.pending(spark, settings, src, last["until"], state):
         return result  # nothing new, or only compactions of the source
     else:
@@ -146,6 +145,16 @@ def build_gold(spark: SparkSession, settings: Settings, options: GoldOptions) ->
     result.plan = plan
     _execute(spark, settings, options.table, gold, src, plan, result)
     return result
+
+
+def _new_run_id(spark: SparkSession, path: str, shape: str) -> str:
+    """A first build's or a rebuild's run id. Its metrics and quarantined rows are written
+    under the run's transaction before its commit, so the rerun of a run stopped in between
+    must be the same run: the id follows from the table (its Delta id), its version before the
+    build's commit and the definition, which that rerun finds unchanged; a later rebuild, or a
+    table dropped (--full-refresh) and created again, gets another."""
+    key = f"{tables.table_id(spark, path)}:{tables.latest_version(spark, path)}:{shape}"
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def _stale(

@@ -13,9 +13,10 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from lakehouse.core import faults
+from lakehouse.core import faults, system
 from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings
+from lakehouse.core.specs import ExpectationSettings
 from lakehouse.gold.build import GoldOptions, build_gold, gold_path
 from tests.bronze.helpers import run_job
 from tests.gold.helpers import (
@@ -120,3 +121,47 @@ def test_a_crash_around_the_commit_then_a_rerun_ends_as_one_run(
         if r["operation"] in ("WRITE", "MERGE")
     ]
     assert len(writes) == (2 if incremental else 1)
+
+
+@pytest.mark.parametrize("rebuild", [False, True], ids=["first-build", "rebuild"])
+def test_a_build_stopped_before_its_commit_records_its_metrics_and_quarantine_once(
+    spark: SparkSession, settings: Settings, monkeypatch: pytest.MonkeyPatch, rebuild: bool
+) -> None:
+    """A first build, or a rebuild for a changed definition, writes its metrics and
+    quarantined rows under its transaction before its commit: the rerun of one stopped in
+    between is the same run and writes neither again."""
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    rules = (
+        ExpectationSettings("small_groups", "quarantine", sql="orders < 2"),
+        ExpectationSettings("big_spender", "warn", sql="revenue < 100"),
+    )
+    name, settings = with_gold(settings, realtime, expectations=rules)
+    events = [
+        (1, 1, Decimal("150.00"), 0, "u", 1),
+        (2, 2, Decimal("5.00"), 0, "u", 2),
+        (3, 2, Decimal("6.00"), 0, "u", 3),  # customer 2 on day 0: 2 orders, quarantined
+    ]
+    apply_events(spark, realtime_path(settings, offline), events)
+    runs = 1
+    if rebuild:
+        build_gold(spark, settings, GoldOptions(name))
+        spec = settings.gold[name]
+        wider = replace(spec, aggregates={**spec.aggregates, "smallest": "min(amount)"})
+        settings = replace(settings, gold={**settings.gold, name: wider})
+        runs = 2
+    with monkeypatch.context() as patch:
+        patch.setattr(faults, "point", crash_at("before_gold_commit"))
+        with pytest.raises(Crashed):
+            build_gold(spark, settings, GoldOptions(name))
+    rerun = build_gold(spark, settings, GoldOptions(name)).describe()
+    assert rerun.startswith(f"gold.{name}: rebuilt run 1:"), rerun
+    metrics = spark.read.format("delta").load(system.path(settings, system.METRICS))
+    counts = sorted(
+        (r["rule"], r["passed"], r["failed"])
+        for r in metrics.where(f"`table` = 'gold.{name}'").collect()
+    )
+    assert counts == sorted([("small_groups", 1, 1), ("big_spender", 1, 1)] * runs)
+    quarantined = spark.read.format("delta").load(system.path(settings, system.QUARANTINE))
+    records = [r["record"] for r in quarantined.where(f"`table` = 'gold.{name}'").collect()]
+    assert len(records) == runs, records  # customer 2's group, once per run
