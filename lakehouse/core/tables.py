@@ -21,7 +21,7 @@ from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.types import StructField, StructType
 
 log = logging.getLogger(__name__)
@@ -127,11 +127,15 @@ def require_columns(spark: SparkSession, path: str, schema: StructType) -> None:
         )
 
 
-def properties(spark: SparkSession, path: str) -> dict[str, str]:
+def _detail(spark: SparkSession, path: str) -> Row:
+    """The table's `DESCRIBE DETAIL` row (its id, properties, format, location, ...)."""
     from delta.tables import DeltaTable
 
-    detail = DeltaTable.forPath(spark, path).detail().collect()[0]
-    return dict(detail["properties"] or {})
+    return DeltaTable.forPath(spark, path).detail().collect()[0]
+
+
+def properties(spark: SparkSession, path: str) -> dict[str, str]:
+    return dict(_detail(spark, path)["properties"] or {})
 
 
 def set_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> int:
@@ -198,9 +202,7 @@ def latest_version(spark: SparkSession, path: str) -> int:
 def table_id(spark: SparkSession, path: str) -> str:
     """The table's id (Delta's `metaData.id`): one per table created at the path, kept by every
     later commit, a new one after the path was dropped and the table created again."""
-    from delta.tables import DeltaTable
-
-    return str(DeltaTable.forPath(spark, path).detail().select("id").first()[0])  # type: ignore[index]
+    return str(_detail(spark, path)["id"])
 
 
 def restores(spark: SparkSession, path: str, after: int, limit: int) -> list[tuple[int, int, int]]:
