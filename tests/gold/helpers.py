@@ -15,10 +15,10 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.core.settings import Settings
-from lakehouse.core.specs import GoldTableSettings
+from lakehouse.core.specs import ExpectationSettings, GoldTableSettings
 from lakehouse.gold.build import gold_path
 from lakehouse.silver.scd1 import apply_scd1
-from tests.offline.helpers import CHANGES, T0, ms
+from tests.offline.helpers import CHANGES, T0, ms, offline_setup, realtime_path
 
 GOLD = "day date, customer_id bigint, revenue decimal(22,2), orders bigint, biggest decimal(12,2)"
 # Aggregates a run patches (sums and counts of exact types, with count(*)).
@@ -40,6 +40,28 @@ def with_gold(
         **extra,
     )
     return name, replace(settings, gold={**settings.gold, name: spec})
+
+
+def with_a_small_group(
+    spark: SparkSession, settings: Settings, action: str
+) -> tuple[str, Settings]:
+    """Gold over an offline setup's realtime table with two rules, `small_groups` (orders < 2,
+    with `action`) and `big_spender` (revenue < 100, warn), and three orders applied: customer
+    1's group passes `small_groups` and fails `big_spender`, customer 2's the other way round."""
+    offline, settings = offline_setup(spark, settings)
+    realtime = settings.offline_table(offline).realtime
+    rules = (
+        ExpectationSettings("small_groups", action, sql="orders < 2"),
+        ExpectationSettings("big_spender", "warn", sql="revenue < 100"),
+    )
+    name, settings = with_gold(settings, realtime, expectations=rules)
+    events = [
+        (1, 1, Decimal("150.00"), 0, "u", 1),
+        (2, 2, Decimal("5.00"), 0, "u", 2),
+        (3, 2, Decimal("6.00"), 0, "u", 3),  # customer 2 on day 0: 2 orders
+    ]
+    apply_events(spark, realtime_path(settings, offline), events)
+    return name, settings
 
 
 def apply_events(spark: SparkSession, path: str, events: Sequence[Event]) -> None:

@@ -32,6 +32,7 @@ from tests.gold.helpers import (
     model,
     patched_model,
     random_events,
+    with_a_small_group,
     with_gold,
 )
 from tests.offline.helpers import (
@@ -260,19 +261,7 @@ def test_bad_aggregates_fail_before_anything_is_written(
 def test_expectations_on_gold_rows_warn_drop_and_count(
     spark: SparkSession, settings: Settings
 ) -> None:
-    offline, settings = offline_setup(spark, settings)
-    realtime = settings.offline_table(offline).realtime
-    rules = (
-        ExpectationSettings("small_groups", "drop", sql="orders < 2"),
-        ExpectationSettings("big_spender", "warn", sql="revenue < 100"),
-    )
-    name, settings = with_gold(settings, realtime, expectations=rules)
-    events = [
-        (1, 1, Decimal("150.00"), 0, "u", 1),
-        (2, 2, Decimal("5.00"), 0, "u", 2),
-        (3, 2, Decimal("6.00"), 0, "u", 3),  # customer 2 on day 0: 2 orders, dropped
-    ]
-    apply_events(spark, realtime_path(settings, offline), events)
+    name, settings = with_a_small_group(spark, settings, "drop")
     build_gold(spark, settings, GoldOptions(name))
     assert [r["customer_id"] for r in gold_rows(spark, settings, name).collect()] == [1]
     metrics = spark.read.format("delta").load(system.path(settings, system.METRICS))

@@ -16,7 +16,6 @@ from pyspark.sql import SparkSession
 from lakehouse.core import faults, system
 from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings
-from lakehouse.core.specs import ExpectationSettings
 from lakehouse.gold.build import GoldOptions, build_gold, gold_path
 from tests.bronze.helpers import run_job
 from tests.gold.helpers import (
@@ -29,6 +28,7 @@ from tests.gold.helpers import (
     model,
     patched_model,
     random_events,
+    with_a_small_group,
     with_gold,
 )
 from tests.offline.helpers import T0, offline_setup, realtime_path
@@ -130,19 +130,7 @@ def test_a_build_stopped_before_its_commit_records_its_metrics_and_quarantine_on
     """A first build, or a rebuild for a changed definition, writes its metrics and
     quarantined rows under its transaction before its commit: the rerun of one stopped in
     between is the same run and writes neither again."""
-    offline, settings = offline_setup(spark, settings)
-    realtime = settings.offline_table(offline).realtime
-    rules = (
-        ExpectationSettings("small_groups", "quarantine", sql="orders < 2"),
-        ExpectationSettings("big_spender", "warn", sql="revenue < 100"),
-    )
-    name, settings = with_gold(settings, realtime, expectations=rules)
-    events = [
-        (1, 1, Decimal("150.00"), 0, "u", 1),
-        (2, 2, Decimal("5.00"), 0, "u", 2),
-        (3, 2, Decimal("6.00"), 0, "u", 3),  # customer 2 on day 0: 2 orders, quarantined
-    ]
-    apply_events(spark, realtime_path(settings, offline), events)
+    name, settings = with_a_small_group(spark, settings, "quarantine")
     runs = 1
     if rebuild:
         build_gold(spark, settings, GoldOptions(name))
