@@ -114,7 +114,7 @@ def events_pipeline(
     return source, topic, name, settings
 
 
-def produce(settings: Settings, topic: str, events: list[object]) -> None:
+def produce(settings: Settings, topic: str, events: Sequence[object]) -> None:
     records: list[tuple[bytes | None, bytes | None, int | None]] = [
         (None, e if isinstance(e, bytes) else json.dumps(e).encode(), 0) for e in events
     ]

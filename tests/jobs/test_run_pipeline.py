@@ -1,0 +1,243 @@
+"""run_pipeline: several jobs of the pipeline in one driver, each step in a thread and a Spark
+session of its own. The steps leave the rows their jobs leave alone; a continuous driver takes
+new records into silver while both streams run and stops cleanly on SIGTERM; a failing step
+stops the others and fails the run with its own error."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from lakehouse.core import streaming, tables
+from lakehouse.core.errors import UsageError
+from lakehouse.core.settings import Settings, SettingsError, load_settings
+from lakehouse.together import PipelineOptions, chosen_steps, run_pipeline
+from tests.bronze.helpers import bronze, job_env, new_source, newest_version, start_job
+from tests.silver.helpers import ORDER_SCHEMA, assert_current, current, produce, with_silver
+from tests.silver.test_crash import conf_dir
+
+SILVER = ORDER_SCHEMA + ", _rescued_data string"
+UPSERT: dict[str, Any] = {
+    "mode": "upsert",
+    "schema": ORDER_SCHEMA,
+    "keys": ["order_id"],
+    "sequence_by": "ts",
+}
+Order = dict[str, Any]
+
+
+def orders(start: int, count: int) -> list[Order]:
+    """Orders `start`.. of 40 keys, each a new version of its key (`ts` = its number)."""
+    return [
+        {
+            "order_id": i % 40 + 1,
+            "customer_id": i % 7,
+            "order_status": f"s{i}",
+            "amount": i + 0.5,
+            "ts": i,
+        }
+        for i in range(start, start + count)
+    ]
+
+
+def model(produced: list[Order]) -> list[tuple[Any, ...]]:
+    """Silver's current rows: the newest version (greatest `ts`) of each key."""
+    newest: dict[int, Order] = {}
+    for order in produced:
+        key = order["order_id"]
+        if key not in newest or order["ts"] > newest[key]["ts"]:
+            newest[key] = order
+    return [
+        (o["order_id"], o["customer_id"], o["order_status"], o["amount"], o["ts"], None)
+        for o in newest.values()
+    ]
+
+
+def test_steps_are_named_as_the_plan_names_them_and_an_unknown_one_fails_naming_the_steps(
+    settings: Settings,
+) -> None:
+    steps = chosen_steps(settings, ("refine_silver.orders", "ingest_events.orders"))
+    assert [s.task_id for s in steps] == ["ingest_events.orders", "refine_silver.orders"]
+    with pytest.raises(UsageError, match=r"--only refine_silver\.nope: not a step .*"):
+        chosen_steps(settings, ("refine_silver.nope",))
+
+
+def test_a_transaction_id_set_in_one_session_is_not_recorded_by_another_sessions_commit(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """What one driver relies on (Delta's txnAppId/txnVersion are read from the committing
+    session's SQL settings): a step's MERGE under its transaction records that id, and a
+    MERGE of another step's session in another thread, meanwhile, records none."""
+    from delta.tables import DeltaTable
+
+    path = str(tmp_path / "t")
+    spark.range(3).write.format("delta").save(path)
+
+    def merge(session: SparkSession, first: int) -> None:
+        rows = session.range(first, first + 2).alias("s")
+        target = DeltaTable.forPath(session, path).alias("t")
+        target.merge(rows, "t.id = s.id").whenNotMatchedInsertAll().execute()
+
+    def own_transaction() -> None:
+        session = spark.newSession()
+        with tables.transaction(session, "step-a", 5):
+            merge(session, 10)
+
+    def no_transaction() -> None:
+        merge(spark.newSession(), 20)
+
+    held = threading.Event()
+    released = threading.Event()
+
+    def while_another_holds_one() -> None:
+        held.wait()
+        no_transaction()
+        released.set()
+
+    first = threading.Thread(target=own_transaction)
+    first.start()
+    first.join()
+    second = threading.Thread(target=while_another_holds_one)
+    second.start()
+    with tables.transaction(spark.newSession(), "step-b", 7):
+        held.set()
+        released.wait(120)
+    second.join()
+    log = sorted((tmp_path / "t" / "_delta_log").glob("*.json"))
+    txns = [
+        (int(f.stem), a["txn"]["appId"], a["txn"]["version"])
+        for f in log
+        for a in map(json.loads, f.read_text().splitlines())
+        if "txn" in a
+    ]
+    assert txns == [(1, "step-a", 5)]
+    assert len(log) == 3  # both MERGEs committed
+
+
+@pytest.mark.services
+def test_an_available_now_run_ingests_then_refines_in_stage_order(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    source, topic, settings = new_source(kafka_up)
+    name, settings = with_silver(
+        settings, source, schema=ORDER_SCHEMA, keys=("order_id",), sequence_by="ts"
+    )
+    produced = orders(0, 120)
+    produce(settings, topic, produced)
+    steps = (f"refine_silver.{name}", f"ingest_events.{source}")
+    result = run_pipeline(spark, settings, PipelineOptions("test", only=steps))
+    assert [task_id for task_id, _ in result.results] == [steps[1], steps[0]]
+    assert_current(spark, settings, name, model(produced), SILVER)
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("trigger", ["available-now", "continuous"])
+def test_a_failing_step_stops_the_others_and_fails_the_run_with_its_error(
+    spark: SparkSession, kafka_up: Settings, trigger: str
+) -> None:
+    """A refine declared against its source's kind fails as refine_silver does alone, once its
+    bronze table exists; the ingest beside it (a stream that runs until stopped, when
+    continuous) stops, and the run raises the refine's error (so its exit code)."""
+    source, topic, settings = new_source(kafka_up)
+    name, settings = with_silver(
+        settings, source, mode="scd1", schema=ORDER_SCHEMA, keys=("order_id",)
+    )
+    produce(settings, topic, orders(0, 5))
+    steps = (f"ingest_events.{source}", f"refine_silver.{name}")
+    # A stop that fails to reach the ingest must fail the test, not hang it: after 120 s the
+    # watchdog stops the streams as SIGTERM would, and says so.
+    fired: list[bool] = []
+
+    def fire() -> None:
+        fired.append(True)
+        streaming._stop.set()
+
+    watchdog = threading.Timer(120, fire)
+    watchdog.start()
+    try:
+        with pytest.raises(SettingsError, match=rf"silver\.{name}\.mode 'scd1' needs a CDC"):
+            run_pipeline(spark, settings, PipelineOptions("test", trigger, only=steps))
+    finally:
+        watchdog.cancel()
+    assert not fired, "the ingest ran on after the refine failed, until the watchdog"
+    assert tables.exists(spark, settings.storage.path("bronze", source))  # the ingest ran
+
+
+@pytest.mark.services
+def test_a_continuous_driver_refines_records_sent_while_it_runs_and_stops_on_sigterm(
+    spark: SparkSession, kafka_up: Settings, tmp_path: Path
+) -> None:
+    """Ingest and refine of one source in one driver process, started before its bronze table
+    exists (the refine waits for it): the records sent before and during the run reach silver
+    once each, and SIGTERM ends the driver with exit 0."""
+    source, topic, settings = new_source(kafka_up)
+    name = f"s{uuid.uuid4().hex[:10]}"
+    conf = conf_dir(tmp_path, source, topic, (name,), table=UPSERT)
+    env = {**job_env(settings, source, topic), "LAKEHOUSE_CONF_DIR": str(conf)}
+    settings = load_settings(
+        "test", conf_dir=conf, overrides={"storage.root": env["LAKEHOUSE__STORAGE__ROOT"]}
+    )
+    first, second = orders(0, 60), orders(60, 90)
+    produce(settings, topic, first)
+    log = tmp_path / "run.log"
+    steps = ["--only", f"ingest_events.{source}", "--only", f"refine_silver.{name}"]
+    job = start_job(
+        "run_pipeline",
+        ["--trigger", "continuous", *steps, "--trigger-interval", "1 second"],
+        env,
+        log,
+    )
+    try:
+        wait_for_silver(spark, settings, name, model(first), job, log)
+        produce(settings, topic, second)
+        wait_for_silver(spark, settings, name, model(first + second), job, log)
+        job.send_signal(signal.SIGTERM)
+        code = job.wait(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+    assert code == 0, log.read_text()[-3000:]
+    offsets = bronze(spark, settings, source).select("partition", "offset")
+    assert (offsets.count(), offsets.distinct().count()) == (150, 150)
+    assert_current(spark, settings, name, model(first + second), SILVER)
+
+
+def wait_for_silver(
+    spark: SparkSession,
+    settings: Settings,
+    name: str,
+    expected: list[tuple[Any, ...]],
+    job: subprocess.Popen[bytes],
+    log: Path,
+    timeout_s: float = 300,
+) -> None:
+    """Until silver's current rows are `expected` (read again only after a new commit)."""
+    path = settings.storage.path("silver", name)
+    deadline = time.monotonic() + timeout_s
+    seen, rows = -2, 0
+    want = sorted(expected)
+    while True:
+        if (version := newest_version(spark, path)) != seen:
+            seen = version
+            got = (
+                sorted(tuple(r) for r in current(spark, settings, name).collect())
+                if version >= 0
+                else []
+            )
+            rows = len(got)
+            if got == want:
+                return
+        assert job.poll() is None, f"run_pipeline exited: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"silver has {rows} of {len(want)} rows: {log}"
+        time.sleep(0.5)
