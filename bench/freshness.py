@@ -302,6 +302,11 @@ def main() -> None:
     parser.add_argument(
         "--orders-only", action="store_true", help="only ingest_events and refine_silver of orders"
     )
+    parser.add_argument(
+        "--one-driver",
+        action="store_true",
+        help="the chosen jobs as steps of one run_pipeline driver instead of a process each",
+    )
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
 
@@ -316,8 +321,19 @@ def main() -> None:
         conf = conf_overlay(work, conf_dict)
         settings = load_settings("test", conf, {"storage.root": str(work / "lake")})
         jobs = pipeline_jobs(names, work / "logs", args.interval, args.move_interval)
+        chosen = [jobs[0], jobs[2]] if args.orders_only else jobs[:4] if args.lean else jobs
+        starts = [
+            (stage, exist(spark, [p for j in stage for p in creates(settings, j)]))
+            for stage in stages(chosen)
+        ]
+        if args.one_driver:
+            only = [flag for job in chosen for flag in ("--only", job.name)]
+            together = (*only, "--trigger-interval", args.interval)
+            chosen = [Job("run_pipeline", "run_pipeline", together, work / "logs" / "run.log")]
+            created = [p for stage, _ready in starts for j in stage for p in creates(settings, j)]
+            starts = [(chosen, exist(spark, created))]
         supervisor = Supervisor(
-            [jobs[0], jobs[2]] if args.orders_only else jobs[:4] if args.lean else jobs,
+            chosen,
             overlay_env(settings, conf),
             "test",
         )
@@ -330,13 +346,7 @@ def main() -> None:
         try:
             orders.run(5.0, 2.0)  # the first orders: the jobs' tables come from them
             writer.start()
-            supervisor.start_stages(
-                [
-                    (jobs, exist(spark, [p for j in jobs for p in creates(settings, j)]))
-                    for jobs in stages(supervisor.jobs)
-                ],
-                timeout_s=600,
-            )
+            supervisor.start_stages(starts, timeout_s=600)
             print(f"pipeline started in {supervisor.elapsed():.0f} s", flush=True)
             steps: list[Step] = []
             for rate in rates:
