@@ -35,8 +35,11 @@ def pipeline(settings: Settings, args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps([{**asdict(s), "task_id": s.task_id} for s in steps], indent=2))
         return
+    width = max((len(step.task_id) for step in steps), default=0)
     for step in steps:
-        print(f"{step.stage:8s} jobs/{step.job}.py {shlex.join(step.args)}")
+        # The task id is the name `run_pipeline --only` takes.
+        command = f"jobs/{step.job}.py {shlex.join(step.args)}"
+        print(f"{step.stage:8s} {step.task_id:{width}s}  {command}")
 
 
 def _json_argument(parser: argparse.ArgumentParser) -> None:

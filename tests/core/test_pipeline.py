@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from lakehouse import cli
 from lakehouse.core.pipeline import Step, plan
 from lakehouse.core.settings import load_settings
 from tests.jobs.helpers import conf_overlay
@@ -32,4 +35,20 @@ def test_a_source_or_table_removed_from_the_configuration_leaves_the_plan(tmp_pa
         "refine_silver.orders",
         "build_gold.daily_revenue",
         "realtime_to_offline.orders_offline",
+    ]
+
+
+def test_the_printed_plan_names_each_step_as_run_pipeline_only_takes_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["--env", "test", "pipeline"]) == 0
+    lines = [line.split(maxsplit=2) for line in capsys.readouterr().out.splitlines()]
+    assert lines[:2] == [
+        ["ingest", "ingest_cdc.customers", "jobs/ingest_cdc.py --source customers"],
+        ["ingest", "ingest_events.lineitem", "jobs/ingest_events.py --source lineitem"],
+    ]
+    assert lines[-1] == [
+        "offline",
+        "realtime_to_offline.orders_offline",
+        "jobs/realtime_to_offline.py --table orders_offline",
     ]
