@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,18 @@ def start_job(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+@contextmanager
+def reaped(job: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
+    """`job`, SIGKILLed with its process group on leaving if it still runs: a failed assertion
+    must not leak the job's JVM into the next test."""
+    try:
+        yield job
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
 
 
 def run_job(

@@ -23,6 +23,7 @@ from tests.bronze.helpers import (
     job_env,
     new_source,
     newest_version,
+    reaped,
     run_ingest,
     short_lived,
     start_job,
@@ -140,7 +141,7 @@ def test_sigterm_stops_continuous_cleanly(
         job_env(settings, name, topic),
         log,
     )
-    try:
+    with reaped(job):
         deadline = time.monotonic() + 180  # generous: JVM start on a loaded 2-core CI machine
         committed = 0
         while time.monotonic() < deadline and committed < 10:
@@ -149,10 +150,6 @@ def test_sigterm_stops_continuous_cleanly(
         assert committed == 10, log.read_text()[-3000:]
         job.send_signal(signal.SIGTERM)  # to the Python driver only, as a scheduler would
         assert job.wait(timeout=120) == 0, log.read_text()[-3000:]
-    finally:
-        if job.poll() is None:  # a failed assertion must not leak the job's JVM
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(timeout=30)
     assert bronze(spark, settings, name).count() == 10
 
 
@@ -182,7 +179,7 @@ def test_sigterm_while_the_session_starts_stops_the_continuous_job_cleanly(
         job_env(settings, name, topic),
         log,
     )
-    try:
+    with reaped(job):
         deadline = time.monotonic() + 180
         # The job's JVM has been launched, well before the session is ready.
         while not jvm_started(job.pid) and time.monotonic() < deadline:
@@ -190,10 +187,6 @@ def test_sigterm_while_the_session_starts_stops_the_continuous_job_cleanly(
         assert committed_rows(spark, settings, name) == 0
         job.send_signal(signal.SIGTERM)
         assert job.wait(timeout=120) == 0, log.read_text()[-3000:]
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(timeout=30)
     assert "stopped by a signal before it started" in log.read_text(), log.read_text()[-3000:]
 
 
@@ -219,7 +212,7 @@ def test_offsets_kafka_drops_while_a_continuous_job_reads_are_never_skipped_sile
     job = start_job(
         "ingest_events", ["--source", name, "--trigger", "continuous", *flags], env, log
     )
-    try:
+    with reaped(job):
         deadline = time.monotonic() + 180
         while committed_rows(spark, settings, name) == 0:
             assert job.poll() is None, log.read_text()[-3000:]
@@ -233,10 +226,6 @@ def test_offsets_kafka_drops_while_a_continuous_job_reads_are_never_skipped_sile
                 time.sleep(1)
             job.send_signal(signal.SIGTERM)
         code = job.wait(timeout=120)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(timeout=30)
     text = log.read_text()
     offsets = sorted(r["offset"] for r in bronze(spark, settings, name).collect())
     first_missing = next(i for i, o in enumerate([*offsets, -1]) if o != i)
