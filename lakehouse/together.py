@@ -85,8 +85,8 @@ def body(step: Step, options: PipelineOptions) -> Body:
     from lakehouse.silver import refine
 
     argv = [*step.args, "--env", options.env, "--trigger", options.trigger]
-    if step.job in pipeline.INGEST_JOBS.values():
-        kind = next(k for k, job in pipeline.INGEST_JOBS.items() if job == step.job)
+    if step.job in pipeline.INGEST_KINDS:
+        kind = pipeline.INGEST_KINDS[step.job]
         ingest = bronze.options_from_args(bronze.ingest_parser(step.job, step.job).parse_args(argv))
         return lambda spark, settings: bronze.ingest(spark, settings, ingest, kind)
     if step.job == "refine_silver":
@@ -105,24 +105,32 @@ def body(step: Step, options: PipelineOptions) -> Body:
 
 def inputs(settings: Settings, step: Step) -> list[str]:
     """The tables a step reads, which must exist before it starts (its job fails otherwise)."""
+    from lakehouse.bronze.ingest import bronze_path
+    from lakehouse.gold import source
+    from lakehouse.offline import store
+
     if step.job == "refine_silver":
-        bronze = settings.bronze_table(settings.silver[step.name].source)
-        return [tables.table_path(settings, bronze)]
+        return [bronze_path(settings, settings.silver[step.name].source)]
     if step.job == "realtime_to_offline":
-        return [tables.table_path(settings, f"silver.{settings.offline[step.name].realtime}")]
+        return [store.realtime_path(settings, settings.offline_table(step.name))]
     if step.job == "build_gold":
-        source = settings.gold[step.name].source
-        offline = settings.hybrid_views().get(source)
-        realtime = settings.offline[offline].realtime if offline else source
-        return [tables.table_path(settings, f"silver.{realtime}")]
+        return [source.required_path(settings, source.resolve(settings, settings.gold[step.name]))]
     return []
+
+
+class NotStarted:
+    """The result of a step that never ran: stopped (by SIGTERM or a failed step) while it
+    waited for its input or its stage."""
+
+    def summary(self) -> str:
+        return "not started"
 
 
 @dataclass
 class _Run:
     step: Step
     body: Body
-    result: object = None
+    result: object = field(default_factory=NotStarted)
     error: BaseException | None = None
     thread: threading.Thread | None = field(default=None, repr=False)
 
@@ -139,11 +147,11 @@ def run_pipeline(
                 _run_at_once(spark, settings, [r for r in runs if r.step.stage == stage], stop)
                 if any(r.error for r in runs):
                     break
-    failed = [r for r in runs if r.error is not None]
-    for run in failed[1:]:
-        log.error("%s also failed", run.step.task_id, exc_info=run.error)
-    if failed and failed[0].error is not None:
-        raise failed[0].error
+    failed = [(r.step.task_id, r.error) for r in runs if r.error is not None]
+    for task_id, error in failed[1:]:
+        log.error("%s also failed", task_id, exc_info=error)
+    if failed:
+        raise failed[0][1]
     return PipelineResult(tuple((r.step.task_id, r.result) for r in runs))
 
 
@@ -163,7 +171,7 @@ def _run_at_once(
         try:
             session = spark.newSession()
             if wait and not _inputs_ready(session, settings, run, stop):
-                return  # stopped while it waited: nothing ran
+                return  # stopped while it waited: nothing ran (its result says so)
             run.result = run.body(session, settings)
         except BaseException as exc:  # reported by the main thread; the others must stop
             run.error = exc

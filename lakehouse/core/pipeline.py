@@ -13,6 +13,7 @@ from lakehouse.core.settings import Settings
 
 STAGES = ("ingest", "refine", "gold", "offline")
 INGEST_JOBS = {"events": "ingest_events", "cdc": "ingest_cdc"}
+INGEST_KINDS = {job: kind for kind, job in INGEST_JOBS.items()}
 
 
 @dataclass(frozen=True)

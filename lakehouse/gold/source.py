@@ -52,7 +52,7 @@ State = dict[str, Any]
 def pin(spark: SparkSession, settings: Settings, source: Source) -> State:
     """The source's current state (for a hybrid view: boundary first, as its readers do)."""
     if source.kind == "silver":
-        path = tables.table_path(settings, f"silver.{source.name}")
+        path = required_path(settings, source)
         if not tables.exists(spark, path):
             raise SettingsError(
                 f"silver.{source.name} does not exist yet; run refine_silver --table {source.name}"
@@ -96,8 +96,14 @@ def replaced(
     return None
 
 
+def required_path(settings: Settings, source: Source) -> str:
+    """The table a source cannot be read without: the silver table, or a hybrid view's
+    realtime one (its offline table comes with the first move)."""
+    return _tables(settings, source)[0][1]
+
+
 def _tables(settings: Settings, source: Source) -> list[tuple[str, str, str]]:
-    """(state key, path, name) of each table the source reads."""
+    """(state key, path, name) of each table the source reads, the required one first."""
     if source.kind == "silver":
         name = f"silver.{source.name}"
         return [("silver", tables.table_path(settings, name), name)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import threading
@@ -22,17 +23,21 @@ from lakehouse.core import streaming, tables
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings, SettingsError, load_settings
 from lakehouse.together import PipelineOptions, chosen_steps, run_pipeline
-from tests.bronze.helpers import bronze, job_env, new_source, newest_version, start_job
+from tests.bronze.helpers import (
+    bronze,
+    job_env,
+    new_source,
+    newest_version,
+    reaped,
+    short_lived,
+    start_job,
+)
 from tests.silver.helpers import ORDER_SCHEMA, assert_current, current, produce, with_silver
 from tests.silver.test_crash import conf_dir
 
 SILVER = ORDER_SCHEMA + ", _rescued_data string"
-UPSERT: dict[str, Any] = {
-    "mode": "upsert",
-    "schema": ORDER_SCHEMA,
-    "keys": ["order_id"],
-    "sequence_by": "ts",
-}
+APPEND: dict[str, Any] = {"mode": "append", "schema": ORDER_SCHEMA}
+KILLS = 2
 Order = dict[str, Any]
 
 
@@ -174,43 +179,95 @@ def test_a_failing_step_stops_the_others_and_fails_the_run_with_its_error(
 
 
 @pytest.mark.services
-def test_a_continuous_driver_refines_records_sent_while_it_runs_and_stops_on_sigterm(
+def test_a_step_stopped_while_it_waits_for_its_input_is_reported_as_not_started(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """A continuous refine whose bronze table never comes (no ingest runs) waits; a stop then
+    ends the run, which says the step did not start rather than that it is done."""
+    source, _topic, settings = new_source(kafka_up)
+    name, settings = with_silver(settings, source, mode="append", schema=ORDER_SCHEMA)
+
+    def stop_once_running() -> None:
+        deadline = time.monotonic() + 60
+        while streaming._depth == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the run clears the stop event as it starts: set it after that
+        time.sleep(1)
+        streaming._stop.set()
+
+    stopper = threading.Thread(target=stop_once_running, daemon=True)
+    stopper.start()
+    options = PipelineOptions("test", "continuous", only=(f"refine_silver.{name}",))
+    result = run_pipeline(spark, settings, options)
+    stopper.join()
+    assert result.summary() == f"refine_silver.{name}: not started"
+    assert not tables.exists(spark, settings.storage.path("silver", name))
+
+
+@pytest.mark.services
+def test_a_continuous_driver_killed_and_restarted_takes_each_record_once_and_stops_on_sigterm(
     spark: SparkSession, kafka_up: Settings, tmp_path: Path
 ) -> None:
     """Ingest and refine of one source in one driver process, started before its bronze table
-    exists (the refine waits for it): the records sent before and during the run reach silver
-    once each, and SIGTERM ends the driver with exit 0."""
+    exists (the refine waits for it), SIGKILLed at a random moment after each run committed to
+    silver while records keep coming, and restarted from the steps' checkpoints; the last run
+    takes the rest and SIGTERM ends it with exit 0. Silver appends (a batch committed twice
+    would show as duplicate rows): every offset is in bronze once, every order in silver once."""
     source, topic, settings = new_source(kafka_up)
     name = f"s{uuid.uuid4().hex[:10]}"
-    conf = conf_dir(tmp_path, source, topic, (name,), table=UPSERT)
+    conf = conf_dir(tmp_path, source, topic, (name,), table=APPEND)
     env = {**job_env(settings, source, topic), "LAKEHOUSE_CONF_DIR": str(conf)}
     settings = load_settings(
         "test", conf_dir=conf, overrides={"storage.root": env["LAKEHOUSE__STORAGE__ROOT"]}
     )
-    first, second = orders(0, 60), orders(60, 90)
-    produce(settings, topic, first)
+    path = settings.storage.path("silver", name)
+    sent = orders(0, 60)
+    produce(settings, topic, sent)
     log = tmp_path / "run.log"
     steps = ["--only", f"ingest_events.{source}", "--only", f"refine_silver.{name}"]
-    job = start_job(
-        "run_pipeline",
-        ["--trigger", "continuous", *steps, "--trigger-interval", "1 second"],
-        env,
-        log,
-    )
-    try:
-        wait_for_silver(spark, settings, name, model(first), job, log)
-        produce(settings, topic, second)
-        wait_for_silver(spark, settings, name, model(first + second), job, log)
-        job.send_signal(signal.SIGTERM)
-        code = job.wait(timeout=120)
-    finally:
-        if job.poll() is None:
+    args = ["--trigger", "continuous", *steps, "--trigger-interval", "1 second"]
+    rng = random.Random(11)  # noqa: S311 - test timing, not security
+    for _kill in range(KILLS):
+        job = start_job("run_pipeline", args, short_lived(env), log)
+        with reaped(job):
+            wait_for_commit(spark, path, after=newest_version(spark, path), job=job, log=log)
+            more = orders(len(sent), 40)  # in flight when the kill comes
+            produce(settings, topic, more)
+            sent += more
+            time.sleep(rng.uniform(0.2, 3.0))
+            assert job.poll() is None, f"run_pipeline exited by itself: {log}"
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(timeout=30)
+    more = orders(len(sent), 30)
+    produce(settings, topic, more)
+    sent += more
+    job = start_job("run_pipeline", args, env, log)
+    with reaped(job):
+        wait_for_silver(spark, settings, name, appended(sent), job, log)
+        job.send_signal(signal.SIGTERM)
+        code = job.wait(timeout=120)
     assert code == 0, log.read_text()[-3000:]
     offsets = bronze(spark, settings, source).select("partition", "offset")
-    assert (offsets.count(), offsets.distinct().count()) == (150, 150)
-    assert_current(spark, settings, name, model(first + second), SILVER)
+    assert (offsets.count(), offsets.distinct().count()) == (len(sent), len(sent))
+    assert_current(spark, settings, name, appended(sent), SILVER)
+
+
+def appended(sent: list[Order]) -> list[tuple[Any, ...]]:
+    """An appending silver table's rows: each order once."""
+    return [
+        (o["order_id"], o["customer_id"], o["order_status"], o["amount"], o["ts"], None)
+        for o in sent
+    ]
+
+
+def wait_for_commit(
+    spark: SparkSession, path: str, after: int, job: subprocess.Popen[bytes], log: Path
+) -> None:
+    """Until the Delta table at `path` has a version newer than `after`."""
+    deadline = time.monotonic() + 300
+    while newest_version(spark, path) <= after:
+        assert job.poll() is None, f"run_pipeline exited: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no commit to {path} after version {after}: {log}"
+        time.sleep(0.3)
 
 
 def wait_for_silver(
