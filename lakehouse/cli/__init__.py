@@ -28,6 +28,7 @@ code `lakehouse.core.errors` assigns, as the jobs do.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -67,6 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"lakehouse {args.command}"
     try:
         COMMANDS[args.command].run(load_settings(args.env), args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below
+    except BrokenPipeError:
+        # The reader closed the pipe (`lakehouse pipeline | head -1`): it has what it wanted.
+        # Whatever is still buffered goes nowhere, or Python's flush at exit would fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception as exc:
         return fail(prog, exc)
     return EXIT_OK

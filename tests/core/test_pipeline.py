@@ -3,6 +3,8 @@ shipped configuration; test_airflow runs a plan on a cluster, over a smaller con
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,13 @@ def test_the_printed_plan_names_each_step_as_run_pipeline_only_takes_it(
         "realtime_to_offline.orders_offline",
         "jobs/realtime_to_offline.py --table orders_offline",
     ]
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly_with_exit_0() -> None:
+    """`lakehouse pipeline | head -1`: the reader has what it wanted; no traceback follows."""
+    command = [str(Path(sys.executable).parent / "lakehouse"), "--env", "test", "pipeline"]
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert job.stdout is not None
+    job.stdout.close()  # before the command prints its first line (it loads its settings first)
+    _out, err = job.communicate(timeout=120)
+    assert (job.returncode, err.decode()) == (0, "")
