@@ -224,6 +224,35 @@ def restores(spark: SparkSession, path: str, after: int, limit: int) -> list[tup
     ]
 
 
+def changes_data(spark: SparkSession, path: str, version: int) -> bool:
+    """Whether a commit can change what the table holds: its schema or properties (a
+    `metaData` or `protocol` action), or its rows (a file added or removed with `dataChange`).
+    A compaction (OPTIMIZE, a Z-order, a rewrite with `dataChange` false) or a VACUUM's log
+    entry changes neither. A commit whose file is gone (log cleanup) counts as a change."""
+    import json
+
+    file = f"{path.rstrip('/')}/_delta_log/{version:020d}.json"
+    if not fs.exists(spark, file):
+        return True
+    for line in fs.read_text(spark, file).splitlines():
+        action = json.loads(line)
+        if "metaData" in action or "protocol" in action:
+            return True
+        files = [action[kind] for kind in ("add", "remove") if kind in action]
+        if any(f.get("dataChange", True) for f in files):
+            return True
+    return False
+
+
+def last_change_version(spark: SparkSession, path: str) -> int:
+    """The newest version that changed what the table holds (`changes_data`): the table's
+    version as its writers see it, whatever compaction ran since."""
+    version = latest_version(spark, path)
+    while version > 0 and not changes_data(spark, path, version):
+        version -= 1
+    return version
+
+
 def commit_info(spark: SparkSession, path: str, version: int) -> dict[str, Any] | None:
     """The `commitInfo` of one commit, from its log file (None when the file is gone: log
     cleanup removes old commits once a checkpoint covers them)."""

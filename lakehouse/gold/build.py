@@ -150,10 +150,11 @@ def build_gold(spark: SparkSession, settings: Settings, options: GoldOptions) ->
 def _new_run_id(spark: SparkSession, path: str, shape: str) -> str:
     """A first build's or a rebuild's run id. Its metrics and quarantined rows are written
     under the run's transaction before its commit, so the rerun of a run stopped in between
-    must be the same run: the id follows from the table (its Delta id), its version before the
-    build's commit and the definition, which that rerun finds unchanged; a later rebuild, or a
-    table dropped (--full-refresh) and created again, gets another."""
-    key = f"{tables.table_id(spark, path)}:{tables.latest_version(spark, path)}:{shape}"
+    must be the same run: the id follows from the table (its Delta id), its last change before
+    the build's commit (a compaction in between changes nothing) and the definition, which that
+    rerun finds unchanged; a later rebuild, or a table dropped (--full-refresh) and created
+    again, gets another."""
+    key = f"{tables.table_id(spark, path)}:{tables.last_change_version(spark, path)}:{shape}"
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 

@@ -267,8 +267,8 @@ def pending(
     spark: SparkSession, settings: Settings, source: Source, since: State, now: State
 ) -> int:
     """How many of the source's commits between the two states can change its rows: every
-    commit of its tables but a compaction (`OPTIMIZE` rewrites files, not rows, and the change
-    feed carries nothing for it), plus the hybrid view's boundary moves. 0: a build of `now`
+    commit of its tables but a compaction or a VACUUM (`tables.changes_data`: the change feed
+    carries nothing for them), plus the hybrid view's boundary moves. 0: a build of `now`
     would write what the build of `since` wrote."""
     count = 0
     for key, path, _name in _tables(settings, source):
@@ -279,9 +279,7 @@ def pending(
         if last - first >= SCAN:
             count += last - first + 1
             continue
-        for version in range(first, last + 1):
-            info = tables.commit_info(spark, path, version)
-            count += info is None or info.get("operation") != "OPTIMIZE"
+        count += sum(tables.changes_data(spark, path, v) for v in range(first, last + 1))
     if source.kind == "hybrid":
         count += max(0, (now.get("boundary_seq") or 0) - (since.get("boundary_seq") or 0))
     return count

@@ -107,3 +107,39 @@ def test_a_compaction_that_finds_nothing_to_rewrite_reports_none(
     assert tables.compact_when_due(spark, path, 2) == 3
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where("version = 3")
     assert [r["operation"] for r in history.collect()] == ["OPTIMIZE"]
+
+
+def test_a_compaction_or_a_rewrite_without_data_change_is_not_the_tables_last_change(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """What a writer takes for its table's version: rows appended, a property set and a
+    delete are changes; an OPTIMIZE, a Z-order and a rewrite with `dataChange` false are not."""
+    path = str(tmp_path / "t")
+    tables.create_table(spark, path, SCHEMA, {})  # 0
+
+    def append(n: int) -> None:
+        rows = spark.createDataFrame([(n,)], SCHEMA).coalesce(1)
+        rows.write.format("delta").mode("append").save(path)
+
+    append(1)  # 1
+    append(2)  # 2
+    assert tables.last_change_version(spark, path) == 2
+    spark.sql(f"OPTIMIZE delta.`{path}`")  # 3
+    rows = spark.read.format("delta").load(path)
+    rows.write.format("delta").mode("overwrite").option("dataChange", "false").save(path)  # 4
+    spark.sql(f"OPTIMIZE delta.`{path}` ZORDER BY (id)")  # 5
+    assert tables.latest_version(spark, path) == 5
+    assert [tables.changes_data(spark, path, v) for v in range(6)] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+    assert tables.last_change_version(spark, path) == 2
+    tables.set_properties(spark, path, {"lakehouse.note": "x"})  # 6
+    assert tables.last_change_version(spark, path) == 6
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")  # 7
+    spark.sql(f"OPTIMIZE delta.`{path}` ZORDER BY (id)")  # 8
+    assert (tables.latest_version(spark, path), tables.last_change_version(spark, path)) == (8, 7)

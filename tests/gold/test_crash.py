@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from lakehouse.core import faults, system
+from lakehouse.core import faults, system, tables
 from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings
 from lakehouse.gold.build import GoldOptions, build_gold, gold_path
@@ -123,13 +124,22 @@ def test_a_crash_around_the_commit_then_a_rerun_ends_as_one_run(
     assert len(writes) == (2 if incremental else 1)
 
 
-@pytest.mark.parametrize("rebuild", [False, True], ids=["first-build", "rebuild"])
+@pytest.mark.parametrize(
+    ("rebuild", "compacted"),
+    [(False, False), (True, False), (True, True)],
+    ids=["first-build", "rebuild", "rebuild-compacted-before-the-rerun"],
+)
 def test_a_build_stopped_before_its_commit_records_its_metrics_and_quarantine_once(
-    spark: SparkSession, settings: Settings, monkeypatch: pytest.MonkeyPatch, rebuild: bool
+    spark: SparkSession,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    rebuild: bool,
+    compacted: bool,
 ) -> None:
     """A first build, or a rebuild for a changed definition, writes its metrics and
     quarantined rows under its transaction before its commit: the rerun of one stopped in
-    between is the same run and writes neither again."""
+    between is the same run and writes neither again, even when the gold table was compacted
+    in between (an OPTIMIZE commits, but changes no row)."""
     name, settings = with_a_small_group(spark, settings, "quarantine")
     runs = 1
     if rebuild:
@@ -142,6 +152,17 @@ def test_a_build_stopped_before_its_commit_records_its_metrics_and_quarantine_on
         patch.setattr(faults, "point", crash_at("before_gold_commit"))
         with pytest.raises(Crashed):
             build_gold(spark, settings, GoldOptions(name))
+    if compacted:  # two commits that change no row: its files rewritten, then Z-ordered
+        path = gold_path(settings, name)
+        before = tables.latest_version(spark, path)
+        rows = spark.read.format("delta").load(path)
+        rows.write.format("delta").mode("overwrite").option("dataChange", "false").save(path)
+        DeltaTable.forPath(spark, path).optimize().executeZOrderBy(rows.columns[0])
+        operations = [
+            (tables.commit_info(spark, path, v) or {}).get("operation")
+            for v in (before + 1, before + 2)
+        ]
+        assert operations == ["WRITE", "OPTIMIZE"], operations
     rerun = build_gold(spark, settings, GoldOptions(name)).describe()
     assert rerun.startswith(f"gold.{name}: rebuilt run 1:"), rerun
     metrics = spark.read.format("delta").load(system.path(settings, system.METRICS))
