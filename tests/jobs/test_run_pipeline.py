@@ -13,15 +13,23 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import defaultdict
+from dataclasses import replace
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from lakehouse.core import streaming, tables
+from lakehouse.core.current import current_rows
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings, SettingsError, load_settings
+from lakehouse.core.specs import OfflineTableSettings
+from lakehouse.offline import hybrid
 from lakehouse.together import PipelineOptions, chosen_steps, run_pipeline
 from tests.bronze.helpers import (
     bronze,
@@ -32,12 +40,18 @@ from tests.bronze.helpers import (
     short_lived,
     start_job,
 )
+from tests.gold.helpers import GOLD, assert_gold, with_gold
+from tests.offline.helpers import ORDER_COLUMNS, T0, offline_rows
+from tests.offline.helpers import order as offline_order
 from tests.silver.helpers import ORDER_SCHEMA, assert_current, current, produce, with_silver
 from tests.silver.test_crash import conf_dir
 
 SILVER = ORDER_SCHEMA + ", _rescued_data string"
 APPEND: dict[str, Any] = {"mode": "append", "schema": ORDER_SCHEMA}
 KILLS = 2
+# The offline layer's orders (an exact amount, `ts` in epoch ms), as a producer sends them.
+DECIMAL_ORDERS = ORDER_COLUMNS.removesuffix(", _rescued_data STRING")
+KEYS = ("order_id", "customer_id", "order_status", "amount", "ts")
 Order = dict[str, Any]
 
 
@@ -143,6 +157,61 @@ def test_an_available_now_run_ingests_then_refines_in_stage_order(
     result = run_pipeline(spark, settings, PipelineOptions("test", only=steps))
     assert [task_id for task_id, _ in result.results] == [steps[1], steps[0]]
     assert_current(spark, settings, name, model(produced), SILVER)
+
+
+@pytest.mark.services
+def test_an_available_now_run_of_every_stage_builds_gold_and_moves_closed_buckets_offline(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Ingest, refine, gold over the hybrid view and the move, as steps of one run: silver
+    holds the newest version of each order, gold equals a model of it computed in Python, and
+    every bucket (all closed: January 2026) is offline, the hybrid view serving the same rows."""
+    source, topic, settings = new_source(kafka_up)
+    name, settings = with_silver(
+        settings, source, schema=DECIMAL_ORDERS, keys=("order_id",), sequence_by="ts"
+    )
+    offline = f"off_{name}"
+    spec = OfflineTableSettings(realtime=name, time_column="ts", bucket="2h", buffer="1m")
+    settings = replace(settings, offline={**settings.offline, offline: spec})
+    gold, settings = with_gold(settings, settings.offline_table(offline).view)
+    # 40 orders of 25 keys, 3 customers, 4 days, two hours apart; a key's later version may
+    # change its customer, amount and day.
+    sent = [
+        offline_order(i % 25 + 1, T0 + timedelta(hours=2 * i), f"{i * 1.25:.2f}", i % 3 + 1)
+        for i in range(40)
+    ]
+    produce(
+        settings, topic, [dict(zip(KEYS, o, strict=True)) | {"amount": float(o[3])} for o in sent]
+    )
+    steps = [
+        f"ingest_events.{source}",
+        f"refine_silver.{name}",
+        f"build_gold.{gold}",
+        f"realtime_to_offline.{offline}",
+    ]
+    result = run_pipeline(spark, settings, PipelineOptions("test", only=tuple(steps)))
+    assert [task_id for task_id, _ in result.results] == steps
+    newest: dict[int, tuple[int, int, str, Decimal, int]] = {}
+    for o in sent:
+        if o[0] not in newest or o[4] > newest[o[0]][4]:
+            newest[o[0]] = o
+    expected = spark.createDataFrame([(*o, None) for o in newest.values()], ORDER_COLUMNS)
+    for rows in (
+        offline_rows(spark, settings, offline),
+        hybrid.read_hybrid(spark, settings, offline),
+    ):
+        assert_df_equality(
+            current_rows(rows).select(*expected.columns),
+            expected,
+            ignore_row_order=True,
+            ignore_nullable=True,
+        )
+    by_group: dict[tuple[date, int], list[Decimal]] = defaultdict(list)
+    for _key, customer, _status, amount, ts in newest.values():
+        day = datetime.fromtimestamp(ts / 1000, UTC).date()
+        by_group[(day, customer)].append(amount)
+    gold_model = [(d, c, sum(a), len(a), max(a)) for (d, c), a in by_group.items()]
+    assert_gold(spark, settings, gold, spark.createDataFrame(gold_model, GOLD))
 
 
 @pytest.mark.services
