@@ -7,13 +7,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from lakehouse.core.settings import project_root
 from lakehouse.devstack.chaos import Job
 
-ORDER_SCHEMA = (
-    "order_id BIGINT, customer_id BIGINT, order_status STRING, amount DECIMAL(12,2), ts BIGINT"
-)
-CUSTOMER_SCHEMA = "customer_id INT, name STRING, email STRING, country STRING, updated_at TIMESTAMP"
+
+def shipped() -> dict[str, dict[str, Any]]:
+    """conf/base's sections as shipped (sources, silver, offline, gold, ...)."""
+    sections: dict[str, dict[str, Any]] = {}
+    for file in sorted((project_root() / "conf" / "base").glob("*.yml")):
+        sections.update(yaml.safe_load(file.read_text()) or {})
+    return sections
+
+
+_SILVER = shipped()["silver"]
+ORDER_SCHEMA: str = _SILVER["orders"]["schema"]
+CUSTOMER_SCHEMA: str = _SILVER["customers"]["schema"]
 CUSTOMER_DDL = (
     "CREATE TABLE public.{table} (customer_id int PRIMARY KEY, name text, email text, "
     "country text, updated_at timestamp)"
@@ -61,56 +73,47 @@ def pipeline_conf(
     interval: str = INTERVAL,
     gold_every: str = PERIODIC,
 ) -> dict[str, object]:
-    """The sample pipeline (conf/base) for this run's topics; the ingests' trigger interval
-    `interval`, gold's `gold_every` (the YAML a `conf/test/job.yml` overlay carries)."""
-    customers = {"schema": CUSTOMER_SCHEMA, "keys": ["customer_id"]}
+    """The shipped pipeline (conf/base: the orders and customers sources, their three silver
+    tables, the offline table and the gold table over its hybrid view, with their expectations)
+    renamed for this run and over its topics; the streams' trigger interval `interval`, gold's
+    `gold_every`, the offline buckets `BUCKET` (the YAML a `conf/test/job.yml` overlay
+    carries)."""
+    base = shipped()
+    renamed = {
+        "orders": names.orders,
+        "customers": names.customers,
+        "customers_history": names.history,
+        "orders_hybrid": names.hybrid,
+    }
+
+    def source(name: str, topic: str) -> dict[str, object]:
+        spec = {k: v for k, v in base["sources"][name].items() if k != "connector"}
+        return {**spec, "topics": [topic], "trigger_interval": interval}
+
+    def silver(name: str) -> dict[str, object]:
+        spec = base["silver"][name]
+        return {**spec, "source": renamed[spec["source"]]}
+
+    offline = base["offline"]["orders_offline"]
+    gold = base["gold"]["daily_revenue"]
     return {
         "sources": {
-            names.orders: {
-                "kind": "events",
-                "topics": [orders_topic],
-                "trigger_interval": interval,
-            },
-            names.customers: {"kind": "cdc", "topics": [cdc_topic], "trigger_interval": interval},
+            names.orders: source("orders", orders_topic),
+            names.customers: source("customers", cdc_topic),
         },
         "silver": {
-            names.orders: {
-                "source": names.orders,
-                "mode": "upsert",
-                "schema": ORDER_SCHEMA,
-                "keys": ["order_id"],
-                "sequence_by": "ts",
-                "apply_as_deletes": "order_status = 'deleted'",
-                "schema_drift": "rescue",
-                "expectations": [
-                    {"name": "amount_not_negative", "sql": "amount >= 0", "action": "quarantine"}
-                ],
-            },
-            names.customers: {"source": names.customers, "mode": "scd1", **customers},
-            names.history: {
-                "source": names.customers,
-                "mode": "scd2",
-                "track_columns": ["name", "email", "country"],
-                **customers,
-            },
+            renamed[name]: silver(name) for name in ("orders", "customers", "customers_history")
         },
         "offline": {
             names.offline: {
-                "realtime": names.orders,
-                "time_column": "ts",
-                "time_format": "epoch_ms",
+                **offline,
+                "realtime": renamed[offline["realtime"]],
                 "bucket": BUCKET,
-                "buffer": "1m",
                 "hybrid_view": names.hybrid,
             }
         },
         "gold": {
-            names.gold: {
-                "source": names.hybrid,
-                "group_by": {"day": "to_date(timestamp_millis(ts))", "customer_id": "customer_id"},
-                "aggregates": {"revenue": "sum(amount)", "orders": "count(*)"},
-                "trigger_interval": gold_every,
-            }
+            names.gold: {**gold, "source": renamed[gold["source"]], "trigger_interval": gold_every}
         },
     }
 
