@@ -148,6 +148,11 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
         if tables.compact_when_due(spark, plan.path, plan.compact_every) is not None:
             clock.lap("compaction")
             faults.point("after_compaction")  # the checkpoint's commit of the batch comes next
+        # The system tables every refine job appends to, each only after a write to it (a due
+        # version left alone would try again every batch); another job's conflict skips it.
+        written = [plan.metrics_path] + ([plan.quarantine_path] if stats.quarantined else [])
+        for path in written:
+            tables.compact_when_due(spark, path, plan.compact_every)
     finally:
         evaluated.unpersist()
     return replace(stats, phases=tuple(clock.phases), read=read)

@@ -13,7 +13,16 @@ from pyspark.sql import SparkSession
 from lakehouse.core import tables
 from lakehouse.core.settings import Settings
 from tests.bronze.helpers import run_ingest
-from tests.silver.helpers import ORDER_SCHEMA, current, events_pipeline, produce, run_refine
+from tests.silver.helpers import (
+    ORDER_SCHEMA,
+    current,
+    events_pipeline,
+    metrics,
+    produce,
+    quarantine,
+    rule,
+    run_refine,
+)
 
 ROW = "order_id bigint, customer_id bigint, order_status string, amount double, ts bigint"
 
@@ -93,6 +102,59 @@ def test_a_compacted_silver_table_keeps_its_rows_and_its_change_feed(
                 (3, 3.5, "update_postimage"),
             ],
             "order_id bigint, amount double, _change_type string",
+        ),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_the_quarantine_and_metrics_tables_are_compacted_and_keep_every_batchs_rows_once(
+    spark: SparkSession, kafka_up: Settings
+) -> None:
+    """Refine appends to the shared system tables every batch: they are compacted after a
+    write like silver (every `compact_every` versions), rewriting files, never rows."""
+    settings = replace(kafka_up, storage=replace(kafka_up.storage, compact_every=2))
+    source, topic, name, settings = events_pipeline(
+        spark,
+        settings,
+        [order(1, 1.0, 1), order(2, -2.0, 1)],
+        schema=ORDER_SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts",
+        expectations=(rule("amount_not_negative", "quarantine", sql="amount >= 0"),),
+    )
+    system_tables = [
+        settings.storage.path("_system", t) for t in ("quarantine", "expectation_metrics")
+    ]
+    run_refine(spark, settings, name)
+    before = [tables.latest_version(spark, p) for p in system_tables]
+    for i in range(3, 7):
+        produce(settings, topic, [order(i, float(i), 1), order(-i, -float(i), 1)])
+        run_ingest(spark, settings, source)
+        run_refine(spark, settings, name)
+
+    for path, since in zip(system_tables, before, strict=True):
+        history = DeltaTable.forPath(spark, path).history().where(f"version > {since}")
+        operations = [r["operation"] for r in history.collect()]
+        assert "OPTIMIZE" in operations, (path, operations)
+    assert_df_equality(
+        quarantine(spark, settings, name).selectExpr("batch_id", "offset", "failed_rules"),
+        spark.createDataFrame(
+            [(b, 2 * b + 1, ["amount_not_negative"]) for b in range(5)],
+            "batch_id bigint, offset bigint, failed_rules array<string>",
+        ),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    assert_df_equality(
+        metrics(spark, settings, name).selectExpr(
+            "batch_id", "rule", "passed", "failed", "batch_rows", "batch_quarantined"
+        ),
+        spark.createDataFrame(
+            [(b, "amount_not_negative", 1, 1, 2, 1) for b in range(5)]
+            + [(b, "parsable", 2, 0, 2, 1) for b in range(5)],  # every events table's rule
+            "batch_id bigint, rule string, passed bigint, failed bigint, batch_rows bigint, "
+            "batch_quarantined bigint",
         ),
         ignore_row_order=True,
         ignore_nullable=True,
