@@ -32,6 +32,14 @@ ISO_LOOSE = (
     r"\s*([Zz]|[+-]\d{2}(?::?\d{2})?)?(?:\[([A-Za-z][A-Za-z0-9_/+-]*)\])?$"
 )
 
+# A zone written as a short abbreviation (`10:00:00 BST`, `[PST]`, `CET`): Spark reads it with
+# Java's SHORT_IDS or as a tz database region, so BST is Asia/Dhaka (not British Summer Time),
+# PST in July is -07:00 and CET in summer +02:00. Which instant the writer meant cannot be
+# told, so such a text does not decode (UTC, GMT and UT name one offset and are read), unless
+# an offset comes first (`+01:00[CET]`, Java's ZonedDateTime): the offset decides.
+ABBREVIATED_ZONE = r"(?<=[\d\s\[])(?!(?i:UTC|GMT|UT)\]?\s*$)[A-Za-z]{2,4}\]?\s*$"
+OFFSET_FIRST = r"(?:[Zz]|[+-]\d{2}(?::?\d{2})?)\[[A-Za-z]{2,4}\]\s*$"
+
 
 def epoch_timestamp(count: Column, unit: str) -> Column:
     """A count of `unit` ("s", "ms", "us"; integral, or a decimal of seconds with at most six
@@ -62,7 +70,8 @@ def iso_timestamp(t: Column) -> Column:
     """An ISO-8601 timestamp: as Spark's cast reads it (with a zone or an offset, else UTC; a
     fraction past microseconds cut), else in one of the `ISO_LOOSE` forms, read in the form
     the cast takes (only for the texts the cast refused). An offset decides the instant, as
-    for Java's `ZonedDateTime.parse`; a bracketed region must be one Spark knows."""
+    for Java's `ZonedDateTime.parse`; a bracketed region must be one Spark knows; a zone
+    abbreviation (`ABBREVIATED_ZONE`) is refused."""
     from pyspark.sql import functions as F
 
     def part(group: int) -> Column:
@@ -75,7 +84,8 @@ def iso_timestamp(t: Column) -> Column:
     known = (region == "") | F.concat(local, region).try_cast("timestamp").isNotNull()
     zone = F.when(part(5) == "", region).otherwise(F.upper(part(5)))
     loose = F.when(t.rlike(ISO_LOOSE) & known, F.concat(local, zone).try_cast("timestamp"))
-    return F.when(t.rlike(ISO_DATE), F.coalesce(t.try_cast("timestamp"), loose))
+    readable = t.rlike(ISO_DATE) & (~t.rlike(ABBREVIATED_ZONE) | t.rlike(OFFSET_FIRST))
+    return F.when(readable, F.coalesce(t.try_cast("timestamp"), loose))
 
 
 def iso_timestamp_sql(text: str) -> str:
@@ -97,4 +107,8 @@ def iso_timestamp_sql(text: str) -> str:
         f"THEN try_cast(concat({local}, {zone}) AS TIMESTAMP) END"
     )
     strict = f"try_cast({text} AS TIMESTAMP)"
-    return f"CASE WHEN {text} RLIKE {sql_string(ISO_DATE)} THEN coalesce({strict}, {loose}) END"
+    readable = (
+        f"{text} RLIKE {sql_string(ISO_DATE)} AND (NOT {text} RLIKE {sql_string(ABBREVIATED_ZONE)}"
+        f" OR {text} RLIKE {sql_string(OFFSET_FIRST)})"
+    )
+    return f"CASE WHEN {readable} THEN coalesce({strict}, {loose}) END"

@@ -53,6 +53,15 @@ ISO_FORMS: list[tuple[str, datetime | None]] = [
     ("2021-09-24T06:02:31Zgarbage", None),
     ("2021-09-24T06Z", None),
     ("2021-09-24T06:02:31+02:00 [Europe/Paris]", None),
+    ("2021-09-24T06:02:31 UTC", AT),
+    ("2021-09-24T06:02:31GMT", AT),
+    # Abbreviations Java reads as it likes: BST as Asia/Dhaka, PST in September as -07:00,
+    # CET in summer as +02:00; which instant was meant cannot be told.
+    ("2021-09-24T07:02:31 BST", None),
+    ("2021-09-24T07:02:31[BST]", None),
+    ("2021-09-23T22:02:31 PST", None),
+    ("2021-09-24T07:02:31 CET", None),
+    ("2021-09-24T07:02:31+01:00[CET]", datetime(2021, 9, 24, 6, 2, 31)),  # the offset decides
 ]
 
 # A round of PostgreSQL statements (`{t}` for the table; `%s` takes the round's parameters)
