@@ -250,9 +250,25 @@ def parse_records(
         MISTYPED,
         UNDECLARED,
         F.coalesce(
-            F.col("_lh_error0"), F.when(raw_col.isNull(), F.lit("invalid_json")), undecodable
+            F.col("_lh_error0"),
+            F.when(raw_col.isNull(), F.lit("invalid_json")),
+            _duplicate_keys(raw_col),
+            undecodable,
         ).alias(ERROR),
     )
+
+
+def _duplicate_keys(raw: Column) -> Column:
+    """`duplicate_key: <names>` for an object that names a field twice, else null. JSON leaves
+    the meaning to the reader (Spark's struct takes the last value, the map keeps both and a
+    lookup finds the first), so the record goes to quarantine whole instead of keeping either
+    value silently. The names (a lambda, interpreted) only for such rare records."""
+    from pyspark.sql import functions as F
+
+    keys = F.map_keys(raw)
+    twice = F.filter(keys, lambda k: F.size(F.filter(keys, lambda j: j == k)) > 1)
+    named_twice = F.concat(F.lit("duplicate_key: "), F.array_join(F.array_distinct(twice), ", "))
+    return F.when(F.size(F.array_distinct(keys)) < F.size(raw), named_twice)
 
 
 def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSchema) -> DataFrame:
