@@ -85,7 +85,17 @@ def iso_timestamp(t: Column) -> Column:
     zone = F.when(part(5) == "", region).otherwise(F.upper(part(5)))
     loose = F.when(t.rlike(ISO_LOOSE) & known, F.concat(local, zone).try_cast("timestamp"))
     readable = t.rlike(ISO_DATE) & (~t.rlike(ABBREVIATED_ZONE) | t.rlike(OFFSET_FIRST))
-    return F.when(readable, F.coalesce(t.try_cast("timestamp"), loose))
+    at = F.when(readable, F.coalesce(t.try_cast("timestamp"), loose))
+    # Spark's cast takes the years 0000 and 10000 (`9999-12-31T23:59-01:00`), which Python and
+    # most readers cannot hold: such a text does not decode, as an epoch count out of range.
+    return F.when(F.unix_micros(at).between(MIN_MICROS, MAX_MICROS), at)
+
+
+def supported_date(date: Column) -> Column:
+    """`date`, or null outside the years 0001-9999 (Spark's cast takes `+10000-01-01`)."""
+    from pyspark.sql import functions as F
+
+    return F.when(F.unix_date(date).between(MIN_DAYS, MAX_DAYS), date)
 
 
 def iso_timestamp_sql(text: str) -> str:
@@ -111,4 +121,5 @@ def iso_timestamp_sql(text: str) -> str:
         f"{text} RLIKE {sql_string(ISO_DATE)} AND (NOT {text} RLIKE {sql_string(ABBREVIATED_ZONE)}"
         f" OR {text} RLIKE {sql_string(OFFSET_FIRST)})"
     )
-    return f"CASE WHEN {readable} THEN coalesce({strict}, {loose}) END"
+    at = f"CASE WHEN {readable} THEN coalesce({strict}, {loose}) END"
+    return f"CASE WHEN unix_micros({at}) BETWEEN {MIN_MICROS} AND {MAX_MICROS} THEN {at} END"

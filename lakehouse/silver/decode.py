@@ -205,7 +205,7 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
         # The cast refuses the date of a loose form (`2024-01-05t10:00z`): its date as written.
         written = F.regexp_extract(t, instants.ISO_LOOSE, 1).try_cast("date")
         date = F.coalesce(t.try_cast("date"), written)
-        iso = F.when(t.rlike(instants.ISO_DATE) & whole_iso, date)
+        iso = F.when(t.rlike(instants.ISO_DATE) & whole_iso, instants.supported_date(date))
         if encoding == "epoch_days":
             days = F.when(t.rlike(_INTEGER), t.try_cast("int"))
             return F.coalesce(iso, instants.epoch_date(days))

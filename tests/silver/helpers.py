@@ -62,6 +62,10 @@ ISO_FORMS: list[tuple[str, datetime | None]] = [
     ("2021-09-23T22:02:31 PST", None),
     ("2021-09-24T07:02:31 CET", None),
     ("2021-09-24T07:02:31+01:00[CET]", datetime(2021, 9, 24, 6, 2, 31)),  # the offset decides
+    # Outside the years 0001-9999 once in UTC, which Python cannot even collect.
+    ("9999-12-31T23:59:59-01:00", None),
+    ("0001-01-01T00:00:00+01:00", None),
+    ("+10000-01-01T00:00:00Z", None),
 ]
 
 # A round of PostgreSQL statements (`{t}` for the table; `%s` takes the round's parameters)

@@ -247,6 +247,9 @@ def test_dates_are_iso_or_epoch_days_as_declared(spark: SparkSession) -> None:
             ("2024-01-05T23:30:00,5", date(2024, 1, 5)),
             ("2024-01-05T23:30:00[Nowhere/City]", None),
             ("2024-01-05T23:30,5Z", None),
+            ("+10000-01-01", None),  # Spark's cast takes the years 0000 and 10000
+            ("0000-12-31", None),
+            ("9999-12-31", date(9999, 12, 31)),
         ],
     )
     check(
