@@ -259,16 +259,18 @@ def parse_records(
 
 
 def _duplicate_keys(raw: Column) -> Column:
-    """`duplicate_key: <names>` for an object that names a field twice, else null. JSON leaves
-    the meaning to the reader (Spark's struct takes the last value, the map keeps both and a
-    lookup finds the first), so the record goes to quarantine whole instead of keeping either
-    value silently. The names (a lambda, interpreted) only for such rare records."""
+    """`duplicate_key: <names>` for an object that gives a field two different values, else
+    null. JSON leaves the meaning to the reader (Spark's struct takes the last value, the map
+    keeps both and a lookup finds the first), so the record goes to quarantine whole instead
+    of keeping either value silently; the same value twice is no question. The names (a
+    lambda, interpreted) only for such rare records."""
     from pyspark.sql import functions as F
 
-    keys = F.map_keys(raw)
-    twice = F.filter(keys, lambda k: F.size(F.filter(keys, lambda j: j == k)) > 1)
-    named_twice = F.concat(F.lit("duplicate_key: "), F.array_join(F.array_distinct(twice), ", "))
-    return F.when(F.size(F.array_distinct(keys)) < F.size(raw), named_twice)
+    pairs = F.array_distinct(F.map_entries(raw))
+    twice = F.filter(pairs, lambda p: F.size(F.filter(pairs, lambda o: o["key"] == p["key"])) > 1)
+    names = F.array_join(F.array_distinct(F.transform(twice, lambda p: p["key"])), ", ")
+    differ = F.size(pairs) > F.size(F.array_distinct(F.map_keys(raw)))
+    return F.when(differ, F.concat(F.lit("duplicate_key: "), names))
 
 
 def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSchema) -> DataFrame:

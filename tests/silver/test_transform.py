@@ -68,28 +68,31 @@ def test_unknown_and_mistyped_fields_are_rescued_never_dropped(spark: SparkSessi
 def test_a_record_that_names_a_field_twice_is_not_parsable_and_says_which(
     spark: SparkSession,
 ) -> None:
-    """JSON leaves a repeated name to the reader: keeping either value would be a guess, so
-    the record fails `parsable` (quarantine) naming the field; nested objects are not checked."""
+    """JSON leaves a repeated name to the reader: keeping either of two values would be a
+    guess, so the record fails `parsable` (quarantine) naming the field. The same value twice
+    is kept; nested objects are not checked."""
     table = SilverTableSettings(
         source="src", mode="append", schema="v BIGINT, w STRING, b BINARY, n STRUCT<x: INT>"
     )
     values: list[object] = [
         b'{"v": 1, "v": 2}',
         b'{"v": null, "v": 1}',
-        b'{"v": "x", "v": 2, "w": "a", "w": "a"}',
+        b'{"v": "x", "v": 2, "w": "a", "w": "a", "b": "AQ==", "b": "Ag=="}',
         b'{"b": "AQ==", "b": "Ag==", "v": 3}',
         b'{"v": 4, "n": {"x": 1}}',
         b'{"V": 5, "v": 6}',  # names differ by case: the other case is an unknown field
+        b'{"v": 7, "v": 7, "w": "a", "w": "b"}',
     ]
     records = event_records(bronze_rows(spark, values), table, parse_schema(table.schema))
     expected = spark.createDataFrame(
         [
             (0, "duplicate_key: v"),
             (1, "duplicate_key: v"),
-            (2, "duplicate_key: v, w"),
+            (2, "duplicate_key: v, b"),  # w holds the same value twice
             (3, "duplicate_key: b"),
             (4, None),
             (5, None),
+            (6, "duplicate_key: w"),
         ],
         "offset bigint, _lh_error string",
     )
