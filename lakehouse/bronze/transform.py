@@ -16,18 +16,11 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-# Bronze is append-only and protected from resets; CDF feeds silver. A continuous ingest
-# commits a file per Kafka partition every trigger (tens of thousands a day at 1-2 s), so
-# Delta's auto compaction rewrites a partition once it holds
-# `spark.databricks.delta.autoCompact.minNumFiles` (50) small files, right after the commit
-# that reached it: an OPTIMIZE (`dataChange` false) that the change feed, silver's input,
-# skips. Safe here because one ingest query writes a source's partitions; a failed
-# compaction fails the batch after its commit, and the replay writes nothing twice.
+# Bronze is append-only and protected from resets; CDF feeds silver.
 BRONZE_PROPERTIES: dict[str, str] = {
     "delta.appendOnly": "true",
     "delta.enableChangeDataFeed": "true",
     "pipelines.reset.allowed": "false",
-    "delta.autoOptimize.autoCompact": "true",
 }
 # Delta file statistics (data skipping) only where they prune: Kafka lineage, event time,
 # what failed to parse (a file whose `value_error` null count equals its row count holds no

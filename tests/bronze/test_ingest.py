@@ -35,7 +35,7 @@ from lakehouse.bronze.transform import BRONZE_PROPERTIES, bronze_schema, kafka_t
 from lakehouse.core import kafka, system, tables
 from lakehouse.core.faults import FAULT_ENV
 from lakehouse.core.settings import Settings
-from lakehouse.core.spark import java_class, runtime_conf
+from lakehouse.core.spark import java_class
 from lakehouse.core.specs import SourceSettings
 from lakehouse.status import bronze_summary
 from tests.bronze.helpers import (
@@ -154,7 +154,6 @@ def test_bronze_table_contract(spark: SparkSession, kafka_up: Settings) -> None:
         "delta.enableChangeDataFeed": "true",
     }
     assert props["pipelines.reset.allowed"] == "false"
-    assert props["delta.autoOptimize.autoCompact"] == "true"
     # File statistics only on the columns bronze is searched by (not the raw bytes).
     assert props["delta.dataSkippingStatsColumns"] == "partition,offset,kafka_timestamp,value_error"
     detail = DeltaTable.forPath(spark, path).detail().collect()[0]
@@ -267,45 +266,6 @@ def test_available_now_is_incremental_and_replay_free(
         ignore_row_order=True,
         ignore_nullable=True,
     )
-
-
-def test_delta_compacts_bronze_after_enough_small_commits_and_its_feed_keeps_each_record_once(
-    spark: SparkSession, kafka_up: Settings
-) -> None:
-    """Six runs, one small commit each, with compaction due at three files: bronze and its
-    change feed (silver's input) still hold every offset once, each run counts only its own
-    records, and the table ends with fewer files than commits."""
-    name, topic, settings = new_source(kafka_up)
-    path = settings.storage.path("bronze", name)
-    counted = []
-    with runtime_conf(spark, {"spark.databricks.delta.autoCompact.minNumFiles": "3"}):
-        for run in range(6):
-            kafka.produce(settings.kafka, topic, [(None, f'{{"run":{run}}}'.encode(), 0)] * 2)
-            result = run_ingest(spark, settings, name)
-            counted.append((result.batches, result.rows))
-    assert counted == [(1, 2)] * 6
-    operations = [
-        (r["operation"], r["operationParameters"].get("auto"))
-        for r in DeltaTable.forPath(spark, path).history().orderBy("version").collect()
-    ]
-    assert ("OPTIMIZE", "true") in operations
-    assert [op for op, _auto in operations].count("STREAMING UPDATE") == 6
-    expected = spark.createDataFrame(
-        [(0, i, f'{{"run":{i // 2}}}') for i in range(12)],
-        "partition int, offset long, value string",
-    )
-    rows = bronze(spark, settings, name).selectExpr("partition", "offset", "CAST(value AS STRING)")
-    assert_df_equality(rows, expected, ignore_row_order=True, ignore_nullable=True)
-    feed = tables.change_feed(spark, path, -1, tables.latest_version(spark, path)).selectExpr(
-        "partition", "offset", "CAST(value AS STRING) AS value", "_change_type"
-    )
-    assert_df_equality(
-        feed,
-        expected.selectExpr("*", "'insert' AS _change_type"),
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
-    assert DeltaTable.forPath(spark, path).detail().collect()[0]["numFiles"] < 6
 
 
 @pytest.mark.parametrize("flag", ["bronze", None], ids=["start_from_bronze", "no_flag"])
