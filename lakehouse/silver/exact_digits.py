@@ -66,6 +66,8 @@ _WRITTEN_NUMBER = r'"\s*:\s*(-?[0-9][0-9.eE+-]*)'
 # A number a double may not hold: 16 digits or more (a dot counted as one), anywhere in a
 # record's text (in a string too: then the record is only not `short`).
 _LONG_NUMBER = "[0-9.]{16}"
+# A plain fraction this long may be below a double's range: `0.<323 zeros>2` rounds to 0.0.
+_UNDERFLOW = "." + "0" * 323
 _NEGATIVE_ZERO = r":\s*-0"  # a value written as -0 (or -0.5: only a look-up too many)
 
 # How a column's digits are found (`columns`).
@@ -263,13 +265,14 @@ def text(name: str, how: str, current: Column, record: Column, cut: bool = False
 def _outside_range(key_pattern: Column, current: Column, record: Column) -> Column:
     """A DOUBLE column's text: a double's own rounding is its nature; only a number outside
     its range is looked up (and then does not decode; a rescued copy holds it as written):
-    one below it, which the map prints as 0.0, only in a record with a negative exponent in
-    it, and one past it, the map's quoted "Infinity". And a `-0`, which the map prints as
-    `0` (an integer's print): -0.0 is not 0.0 (`1 / x`). The map's text where it cannot be
-    told."""
+    one below it, which the map prints as 0.0, only in a record with a negative exponent or
+    a plain fraction of 323 zeros or more in it (4.9e-324 is a double's least), and one past
+    it, the map's quoted "Infinity". And a `-0`, which the map prints as `0` (an integer's
+    print): -0.0 is not 0.0 (`1 / x`). The map's text where it cannot be told."""
     from pyspark.sql import functions as F
 
-    below = current.isin("0.0", "-0.0") & (record.contains("e-") | record.contains("E-"))
+    tiny = record.contains("e-") | record.contains("E-") | record.contains(_UNDERFLOW)
+    below = current.isin("0.0", "-0.0") & tiny
     past = current.isin('"Infinity"', '"-Infinity"')
     signed = (current == "0") & record.rlike(_NEGATIVE_ZERO)
     written = _as_written(key_pattern, _map_double(current), record)

@@ -7,8 +7,9 @@ Spark's JSON map prints a number with a fraction through a double, and refine ta
 or decimal column's value from that print without a second parse only where the record holds
 no number the double may round (`exact_digits.trusted`): these records mix both, in the column
 itself and elsewhere in the record, with exponents past a double's range (`1e-400` prints
-`0.0`). Epoch seconds read only a plain number, so `1.5e1` there is rescued, never read as its
-print `15.0`. A double keeps its sign: `-0` (which the map prints `0`) is -0.0."""
+`0.0`) and plain fractions near or below its least (`0.<330 zeros>1` prints `0.0` too).
+Epoch seconds read only a plain number, so `1.5e1` there is rescued, never read as its print
+`15.0`. A double keeps its sign: `-0` (which the map prints `0`) is -0.0."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ FORMS = (
     "large",
     "small",
     "print",
+    "tiny",
 )
 
 
@@ -67,6 +69,8 @@ def number(rng: random.Random) -> str:
         return f"{sign}0.{'0' * rng.randint(2, 7)}{digits(rng, rng.randint(1, 4))}"
     if form == "print":  # Java 17 prints more digits than needed: 2.82879384806159008E17
         return sign + rng.choice(["282879384806159e3", "2e23", "8.41e21", "1e23"])
+    if form == "tiny":  # plainly written near a double's least (4.9e-324) and below it
+        return f"{sign}0.{'0' * rng.randint(318, 330)}{rng.randint(1, 9)}"
     if form == "zero":  # the map prints an integer's -0 as 0 and -0.0 as -0.0
         return rng.choice(["0", "-0", "0.0", "-0.0", "-0.000", "0e0", "-0E5"])
     if form == "short":
