@@ -23,7 +23,8 @@ instead, by its declared type and encoding:
                are accepted too: a string with a date in it is never mistaken for a number)
     string     the text as sent (a nested value as its JSON text); `time_ms|time_us|time_ns`:
                a time of day (PostgreSQL `time`: Debezium's Time, MicroTime, NanoTime) from
-               an integer count since midnight, as `HH:MM:SS[.ffffff]` (ISO text is kept)
+               an integer count since midnight, as `HH:MM:SS[.ffffff]` (a clock text
+               within a day is kept: `temporal`)
 
 Structs, arrays and maps decode leaf by leaf by these same rules (`lakehouse.silver.nested`).
 A top-level binary keeps Spark's JSON reading (padded base64 in a JSON string, as Debezium
@@ -43,10 +44,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from lakehouse.core import instants
 from lakehouse.core.columns import named
-from lakehouse.silver import precise
-from lakehouse.silver.precise import let
+from lakehouse.silver import precise, temporal
+from lakehouse.silver.precise import INTEGER, PLAIN_NUMBER, let
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -57,13 +57,9 @@ DATE_ENCODINGS = ("iso", "epoch_days")
 DECIMAL_ENCODINGS = ("text", "base64")
 STRING_ENCODINGS = ("text", "time_ms", "time_us", "time_ns")
 
-_INTEGER = r"^[+-]?\d+$"
-_PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)$"
 _EXPONENT_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$"
 _MANTISSA = r"^[+-]?(\d*)\.?(\d*)[eE]"
 _NUMBER = r"(?i)^\s*[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)\s*$"
-# Epoch seconds: the sign and digits down to the microsecond, and the digits below it.
-_TO_MICROS = r"^([+-]?\d*\.?\d{0,6})(\d*)$"
 
 
 def kind_of(data_type: DataType) -> str | None:
@@ -162,7 +158,7 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
     kind = kind_of(data_type)
     t = F.trim(text)
     if kind == "string":
-        return _time_of_day(t, encoding) if encoding.startswith("time_") else text
+        return temporal.time_of_day(t, encoding) if encoding.startswith("time_") else text
     if kind == "boolean":
         # The forms systems print: JSON, MySQL's TINYINT(1), PostgreSQL's text output. Not
         # Spark's cast, which also guesses at yes/no/y/n.
@@ -174,7 +170,7 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
         # a whole DECIMAL's exact test; in a lambda, since inline its code made every row of
         # a batch with three integer columns ~15% slower to parse (bench/README).
         exponent = let(t, lambda s: _decimal_of(s, DecimalType(38, 0))).try_cast(data_type)
-        return F.when(whole.rlike(_INTEGER), whole.try_cast(data_type)).when(
+        return F.when(whole.rlike(INTEGER), whole.try_cast(data_type)).when(
             t.rlike("[eE]"), exponent
         )
     if kind == "double":
@@ -199,19 +195,9 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
         # lambda on every row (bench/README, silver throughput).
         return _decimal_of(t, data_type)
     if kind == "date":
-        # Spark's date cast takes `yyyy-mm-dd` followed by a space or `T` and anything at all
-        # ("2024-01-05 garbage"): only a date, or a whole ISO timestamp (its date as written).
-        whole_iso = t.rlike(instants.ISO_DATE + "$") | instants.iso_timestamp(t).isNotNull()
-        # The cast refuses the date of a loose form (`2024-01-05t10:00z`): its date as written.
-        written = F.regexp_extract(t, instants.ISO_LOOSE, 1).try_cast("date")
-        date = F.coalesce(t.try_cast("date"), written)
-        iso = F.when(t.rlike(instants.ISO_DATE) & whole_iso, instants.supported_date(date))
-        if encoding == "epoch_days":
-            days = F.when(t.rlike(_INTEGER), t.try_cast("int"))
-            return F.coalesce(iso, instants.epoch_date(days))
-        return iso
+        return temporal.date(t, encoding)
     if kind == "timestamp":
-        return _timestamp(t, encoding).cast(data_type)
+        return temporal.timestamp(t, encoding).cast(data_type)
     return None
 
 
@@ -222,7 +208,7 @@ def _decimal_of(t: Column, data_type: DecimalType) -> Column:
     value = t.try_cast(data_type)
     # Fraction digits beyond the scale must be zeros; the cast itself checks the precision.
     fraction = F.regexp_extract(t, r"\.(\d*?)0*$", 1)
-    plain = t.rlike(_PLAIN_NUMBER) & (F.length(fraction) <= data_type.scale)
+    plain = t.rlike(PLAIN_NUMBER) & (F.length(fraction) <= data_type.scale)
     # Spark's cast throws (try_cast too: "BigInteger would overflow") for an exponent far past
     # any decimal's reach ("100e2147483647"); no number that fits one is written with an
     # exponent larger than its own text plus 38 digits, so the cast is never tried past that.
@@ -262,72 +248,6 @@ def _exponent_fraction_digits(t: Column, power: Column) -> Column:
     return F.when(significant == "", F.lit(0)).otherwise(
         F.length(fraction).cast("long") - zeros - power
     )
-
-
-def _timestamp(t: Column, encoding: str) -> Column:
-    """An ISO-8601 string, or an integer in the encoding's epoch unit. The session time zone
-    is UTC (`lakehouse.core.spark`), so a TIMESTAMP_NTZ from an epoch is its UTC wall time."""
-    from pyspark.sql import functions as F
-
-    iso = instants.iso_timestamp(t)
-    if encoding == "iso":
-        return iso
-    if encoding == "epoch_s":
-        return F.coalesce(iso, instants.epoch_timestamp(_epoch_seconds(t), "s"))
-    whole = F.when(t.rlike(_INTEGER), t.try_cast("long"))
-    epoch = {
-        "epoch_ms": instants.epoch_timestamp(whole, "ms"),
-        "epoch_us": instants.epoch_timestamp(whole, "us"),
-        "epoch_ns": instants.epoch_timestamp(F.floor(whole.cast("decimal(20,0)") / 1000), "us"),
-    }[encoding]
-    return F.coalesce(iso, epoch)
-
-
-def _epoch_seconds(t: Column) -> Column:
-    """Epoch seconds as written -> a DECIMAL(20,6) floored to the microsecond, as every other
-    unit is (a cast rounds half up: `.1234569` became a microsecond later than written)."""
-    from pyspark.sql import functions as F
-
-    micros, below = F.regexp_extract(t, _TO_MICROS, 1), F.regexp_extract(t, _TO_MICROS, 2)
-    # Cut toward zero; a negative count with something cut is one microsecond earlier.
-    earlier = t.startswith("-") & below.rlike("[1-9]")
-    one = F.lit("0.000001").cast("decimal(20,6)")
-    seconds = F.when(earlier, F.try_subtract(micros.try_cast("decimal(20,6)"), one)).otherwise(
-        micros.try_cast("decimal(20,6)")
-    )
-    return F.when(t.rlike(_PLAIN_NUMBER), seconds.try_cast("decimal(20,6)"))
-
-
-def _time_of_day(t: Column, encoding: str) -> Column:
-    """A count since midnight in the encoding's unit -> `HH:MM:SS`, with `.ffffff` when the
-    time has a fraction (Python's `time.isoformat()`); null outside [00:00, 24:00] or when a
-    nanosecond count has a part below a microsecond (PostgreSQL keeps microseconds)."""
-    from pyspark.sql import functions as F
-
-    whole = F.when(t.rlike(_INTEGER), t.try_cast("long"))
-    micros = {
-        "time_ms": F.try_multiply(whole, F.lit(1000)),
-        "time_us": whole,
-        "time_ns": F.when(whole % 1000 == 0, F.floor(whole / 1000)),
-    }[encoding].cast("long")
-    iso = F.when(t.rlike(r"^\d{2}:\d{2}:\d{2}(\.\d{1,6})?$"), t)
-    return F.coalesce(iso, let(micros, _clock))
-
-
-def _clock(micros: Column) -> Column:
-    """Microseconds since midnight -> `HH:MM:SS[.ffffff]`, null outside [00:00, 24:00]."""
-    from pyspark.sql import functions as F
-
-    seconds, fraction = F.floor(micros / 1_000_000).cast("long"), micros % 1_000_000
-    text = F.concat(
-        F.format_string(
-            "%02d:%02d:%02d", F.floor(seconds / 3600), F.floor(seconds / 60) % 60, seconds % 60
-        ),
-        F.when(
-            fraction != 0, F.concat(F.lit("."), F.lpad(fraction.cast("string"), 6, "0"))
-        ).otherwise(F.lit("")),
-    )
-    return F.when(micros.between(0, 86_400_000_000), text)
 
 
 def decoded_columns(

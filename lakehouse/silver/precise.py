@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
 
 
+# The number forms the decoders read (`decode`, `temporal`): an integer, a plain decimal.
+INTEGER = r"^[+-]?\d+$"
+PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)$"
+
 # Base64 as RFC 4648 writes it (Java's encoder, Debezium's bytea): padded, no line breaks.
 # Whole groups of four (the length) and padding only at the end, at most two: the same set
 # as `([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?`, for half its cost on

@@ -230,6 +230,37 @@ def test_doubles_arrive_as_json_values_or_strings(spark: SparkSession) -> None:
     check(spark, "float", "", [("1.5", 1.5), ("3.4e39", None), ("1e-50", None), ("0", 0.0)])
 
 
+def test_times_of_day_are_counts_since_midnight_or_iso_clock_times_within_a_day(
+    spark: SparkSession,
+) -> None:
+    """PostgreSQL's TIME runs from 00:00:00 to 24:00:00; a clock text past it (`25:00:00`,
+    `12:60:00`) is no time of day and does not decode."""
+    check(
+        spark,
+        "string",
+        "time_us",
+        [
+            ("43200000000", "12:00:00"),
+            ("86400000000", "24:00:00"),
+            ("86400000001", None),
+            ("-1", None),
+            ("1.5", None),
+            ("12:30:00", "12:30:00"),
+            ("23:59:59.999999", "23:59:59.999999"),
+            ("24:00:00", "24:00:00"),
+            ("00:00:00.5", "00:00:00.5"),
+            ("25:00:00", None),
+            ("24:00:01", None),
+            ("24:00:00.000001", None),
+            ("12:60:00", None),
+            ("12:00:60", None),
+            ("99:99:99", None),
+        ],
+    )
+    check(spark, "string", "time_ms", [("1500", "00:00:01.500000"), ("86400001", None)])
+    check(spark, "string", "time_ns", [("1000", "00:00:00.000001"), ("1001", None)])
+
+
 def test_dates_are_iso_or_epoch_days_as_declared(spark: SparkSession) -> None:
     check(
         spark,

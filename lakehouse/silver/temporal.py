@@ -1,0 +1,105 @@
+"""Decoding dates, timestamps and times of day from a field's text (`lakehouse.silver.decode`
+says which encodings a column may declare): ISO text through `lakehouse.core.instants`, counts
+since the epoch or since midnight in the encoding's unit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakehouse.core import instants
+from lakehouse.silver.precise import INTEGER, PLAIN_NUMBER, let
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+# Epoch seconds: the sign and digits down to the microsecond, and the digits below it.
+_TO_MICROS = r"^([+-]?\d*\.?\d{0,6})(\d*)$"
+
+
+def date(t: Column, encoding: str) -> Column:
+    """An ISO date (or a whole ISO timestamp's date as written); with `epoch_days` also an
+    integer count of days."""
+    from pyspark.sql import functions as F
+
+    # Spark's date cast takes `yyyy-mm-dd` followed by a space or `T` and anything at all
+    # ("2024-01-05 garbage"): only a date, or a whole ISO timestamp (its date as written).
+    whole_iso = t.rlike(instants.ISO_DATE + "$") | instants.iso_timestamp(t).isNotNull()
+    # The cast refuses the date of a loose form (`2024-01-05t10:00z`): its date as written.
+    written = F.regexp_extract(t, instants.ISO_LOOSE, 1).try_cast("date")
+    day = F.coalesce(t.try_cast("date"), written)
+    iso = F.when(t.rlike(instants.ISO_DATE) & whole_iso, instants.supported_date(day))
+    if encoding == "epoch_days":
+        days = F.when(t.rlike(INTEGER), t.try_cast("int"))
+        return F.coalesce(iso, instants.epoch_date(days))
+    return iso
+
+
+def timestamp(t: Column, encoding: str) -> Column:
+    """An ISO-8601 string, or an integer in the encoding's epoch unit. The session time zone
+    is UTC (`lakehouse.core.spark`), so a TIMESTAMP_NTZ from an epoch is its UTC wall time."""
+    from pyspark.sql import functions as F
+
+    iso = instants.iso_timestamp(t)
+    if encoding == "iso":
+        return iso
+    if encoding == "epoch_s":
+        return F.coalesce(iso, instants.epoch_timestamp(_epoch_seconds(t), "s"))
+    whole = F.when(t.rlike(INTEGER), t.try_cast("long"))
+    epoch = {
+        "epoch_ms": instants.epoch_timestamp(whole, "ms"),
+        "epoch_us": instants.epoch_timestamp(whole, "us"),
+        "epoch_ns": instants.epoch_timestamp(F.floor(whole.cast("decimal(20,0)") / 1000), "us"),
+    }[encoding]
+    return F.coalesce(iso, epoch)
+
+
+def _epoch_seconds(t: Column) -> Column:
+    """Epoch seconds as written -> a DECIMAL(20,6) floored to the microsecond, as every other
+    unit is (a cast rounds half up: `.1234569` became a microsecond later than written)."""
+    from pyspark.sql import functions as F
+
+    micros, below = F.regexp_extract(t, _TO_MICROS, 1), F.regexp_extract(t, _TO_MICROS, 2)
+    # Cut toward zero; a negative count with something cut is one microsecond earlier.
+    earlier = t.startswith("-") & below.rlike("[1-9]")
+    one = F.lit("0.000001").cast("decimal(20,6)")
+    seconds = F.when(earlier, F.try_subtract(micros.try_cast("decimal(20,6)"), one)).otherwise(
+        micros.try_cast("decimal(20,6)")
+    )
+    return F.when(t.rlike(PLAIN_NUMBER), seconds.try_cast("decimal(20,6)"))
+
+
+def time_of_day(t: Column, encoding: str) -> Column:
+    """A count since midnight in the encoding's unit -> `HH:MM:SS`, with `.ffffff` when the
+    time has a fraction (Python's `time.isoformat()`), or a clock text as sent; null outside
+    [00:00, 24:00] (`25:00:00` too) or when a nanosecond count has a part below a microsecond
+    (PostgreSQL keeps microseconds)."""
+    from pyspark.sql import functions as F
+
+    whole = F.when(t.rlike(INTEGER), t.try_cast("long"))
+    micros = {
+        "time_ms": F.try_multiply(whole, F.lit(1000)),
+        "time_us": whole,
+        "time_ns": F.when(whole % 1000 == 0, F.floor(whole / 1000)),
+    }[encoding].cast("long")
+    iso = F.when(t.rlike(_CLOCK), t)
+    return F.coalesce(iso, let(micros, _clock))
+
+
+# A clock time within PostgreSQL's [00:00:00, 24:00:00], to the microsecond.
+_CLOCK = r"^(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?|24:00:00(\.0{1,6})?)$"
+
+
+def _clock(micros: Column) -> Column:
+    """Microseconds since midnight -> `HH:MM:SS[.ffffff]`, null outside [00:00, 24:00]."""
+    from pyspark.sql import functions as F
+
+    seconds, fraction = F.floor(micros / 1_000_000).cast("long"), micros % 1_000_000
+    text = F.concat(
+        F.format_string(
+            "%02d:%02d:%02d", F.floor(seconds / 3600), F.floor(seconds / 60) % 60, seconds % 60
+        ),
+        F.when(
+            fraction != 0, F.concat(F.lit("."), F.lpad(fraction.cast("string"), 6, "0"))
+        ).otherwise(F.lit("")),
+    )
+    return F.when(micros.between(0, 86_400_000_000), text)
