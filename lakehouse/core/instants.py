@@ -88,7 +88,15 @@ def iso_timestamp(t: Column) -> Column:
     at = F.when(readable, F.coalesce(t.try_cast("timestamp"), loose))
     # Spark's cast takes the years 0000 and 10000 (`9999-12-31T23:59-01:00`), which Python and
     # most readers cannot hold: such a text does not decode, as an epoch count out of range.
-    return F.when(F.unix_micros(at).between(MIN_MICROS, MAX_MICROS), at)
+    # Checked on the count and rebuilt from it: `when(range(at), at)` parsed every text twice
+    # (4.63 s against 2.42 s per 2M texts, bench/iso_timestamps.py; the count is computed once).
+    return F.timestamp_micros(_supported_micros(F.unix_micros(at)))
+
+
+def _supported_micros(micros: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.when(micros.between(MIN_MICROS, MAX_MICROS), micros)
 
 
 def supported_date(date: Column) -> Column:
@@ -122,4 +130,8 @@ def iso_timestamp_sql(text: str) -> str:
         f" OR {text} RLIKE {sql_string(OFFSET_FIRST)})"
     )
     at = f"CASE WHEN {readable} THEN coalesce({strict}, {loose}) END"
-    return f"CASE WHEN unix_micros({at}) BETWEEN {MIN_MICROS} AND {MAX_MICROS} THEN {at} END"
+    micros = f"unix_micros({at})"
+    return (
+        f"timestamp_micros(CASE WHEN {micros} BETWEEN {MIN_MICROS} AND {MAX_MICROS} "
+        f"THEN {micros} END)"
+    )
