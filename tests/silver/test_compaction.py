@@ -10,7 +10,7 @@ from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from lakehouse.core import tables
+from lakehouse.core import system, tables
 from lakehouse.core.settings import Settings
 from tests.bronze.helpers import run_ingest
 from tests.silver.helpers import (
@@ -123,9 +123,7 @@ def test_the_quarantine_and_metrics_tables_are_compacted_and_keep_every_batchs_r
         sequence_by="ts",
         expectations=(rule("amount_not_negative", "quarantine", sql="amount >= 0"),),
     )
-    system_tables = [
-        settings.storage.path("_system", t) for t in ("quarantine", "expectation_metrics")
-    ]
+    system_tables = [system.path(settings, t) for t in (system.QUARANTINE, system.METRICS)]
     run_refine(spark, settings, name)
     before = [tables.latest_version(spark, p) for p in system_tables]
     for i in range(3, 7):
