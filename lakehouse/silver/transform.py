@@ -29,7 +29,7 @@ from lakehouse.quality.expectations import (
     fails_any,
     mask_columns,
 )
-from lakehouse.silver import decode, exact_digits, nested
+from lakehouse.silver import decode, exact_digits, malformed, nested
 from lakehouse.silver.changes import DELETE, OP, SEQ, TS
 from lakehouse.silver.shape import explode_arrays, flatten
 
@@ -252,27 +252,11 @@ def parse_records(
         F.coalesce(
             F.col("_lh_error0"),
             F.when(raw_col.isNull(), F.lit("invalid_json")),
-            _duplicate_keys(raw_col),
+            malformed.duplicate_keys(raw_col),
+            malformed.lone_surrogate(text),
             undecodable,
         ).alias(ERROR),
     )
-
-
-def _duplicate_keys(raw: Column) -> Column:
-    """`duplicate_key: <names>` for an object that gives a field two different values, else
-    null. JSON leaves the meaning to the reader (Spark's struct takes the last value, the map
-    keeps both and a lookup finds the first), so the record goes to quarantine whole instead
-    of keeping either value silently; the same value twice is no question. The entries and
-    names (a lambda, interpreted) only for a record that repeats a key: the keys alone cost
-    0.42 s per million 7-field records, the entries on every record 0.91 s (bench/README)."""
-    from pyspark.sql import functions as F
-
-    keys = F.size(F.array_distinct(F.map_keys(raw)))
-    pairs = F.array_distinct(F.map_entries(raw))
-    twice = F.filter(pairs, lambda p: F.size(F.filter(pairs, lambda o: o["key"] == p["key"])) > 1)
-    names = F.array_join(F.array_distinct(F.transform(twice, lambda p: p["key"])), ", ")
-    differ = F.size(pairs) > keys
-    return F.when(keys < F.size(raw), F.when(differ, F.concat(F.lit("duplicate_key: "), names)))
 
 
 def event_records(bronze: DataFrame, table: SilverTableSettings, schema: ParsedSchema) -> DataFrame:

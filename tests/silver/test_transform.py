@@ -65,6 +65,49 @@ def test_unknown_and_mistyped_fields_are_rescued_never_dropped(spark: SparkSessi
     )
 
 
+def test_a_record_with_a_lone_surrogate_escape_is_not_parsable_and_says_which(
+    spark: SparkSession,
+) -> None:
+    """A `\\ud800` with no low surrogate after it (or a low one with no high one before it)
+    is no character: Spark's JSON reader took it and stored `?` in its place. Such a record
+    fails `parsable` (quarantine, raw text kept) naming the escape; a pair (an emoji), and an
+    escaped backslash followed by `ud800`, are text."""
+    table = SilverTableSettings(source="src", mode="append", schema="v BIGINT, w STRING")
+    values: list[object] = [
+        b'{"v": 1, "w": "\\ud800"}',
+        b'{"v": 2, "w": "\\ud83d\\ude00"}',
+        b'{"v": 3, "w": "\\\\ud800"}',
+        b'{"v": 4, "w": "\\uDC00x"}',
+        b'{"v": 5, "w": "a\\ud83d"}',
+        b'{"v": 6, "x": "\\ud800\\ud800\\udc00"}',  # an unknown field: rescued as `?` too
+        b'{"v": 7, "w": "\\u00e9\\\\\\udbff"}',  # an escaped backslash, then a lone one
+        b'{"v": 8, "w": "\\u00e9\\\\"}',
+    ]
+    records = event_records(bronze_rows(spark, values), table, parse_schema(table.schema))
+    lone = "invalid_unicode: lone surrogate "
+    expected = spark.createDataFrame(
+        [
+            (0, None, lone + "\\ud800"),
+            (1, "\U0001f600", None),
+            (2, "\\ud800", None),
+            (3, None, lone + "\\uDC00"),
+            (4, None, lone + "\\ud83d"),
+            (5, None, lone + "\\ud800"),
+            (6, None, lone + "\\udbff"),
+            (7, "\u00e9\\", None),
+        ],
+        "offset bigint, w string, _lh_error string",
+    )
+    assert_df_equality(
+        records.selectExpr(
+            "_lh_offset AS offset", "CASE WHEN _lh_error IS NULL THEN w END AS w", "_lh_error"
+        ),
+        expected,
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
 def test_a_record_that_names_a_field_twice_is_not_parsable_and_says_which(
     spark: SparkSession,
 ) -> None:
