@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.core import kafka
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from lakehouse.core.settings import Settings
 
@@ -64,3 +65,48 @@ def preload(
             producer.poll(0)
     if producer.flush(120):
         raise RuntimeError(f"preload of {topic} did not finish")
+
+
+def noop_timed(spark: SparkSession, job: Callable[[], DataFrame]) -> tuple[float, float]:
+    """Wall and CPU seconds of writing `job()` to Spark's `noop` sink (every row computed,
+    nothing stored)."""
+    pid = jvm_pid(spark)
+    cpu, start = cpu_seconds(pid), time.perf_counter()
+    job().write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - start, cpu_seconds(pid) - cpu
+
+
+def alternate(
+    spark: SparkSession, jobs: Mapping[str, Callable[[], DataFrame]], rounds: int, warmup: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each job's wall and CPU seconds per round (`noop_timed`), the jobs taking turns, after
+    `warmup` untimed rounds."""
+    for _ in range(warmup):
+        for job in jobs.values():
+            noop_timed(spark, job)
+    seconds: dict[str, list[float]] = {name: [] for name in jobs}
+    cpu: dict[str, list[float]] = {name: [] for name in jobs}
+    for _ in range(rounds):
+        for name, job in jobs.items():
+            wall, used = noop_timed(spark, job)
+            seconds[name].append(wall)
+            cpu[name].append(used)
+    return seconds, cpu
+
+
+def print_against_baseline(
+    seconds: Mapping[str, list[float]], cpu: Mapping[str, list[float]], rows: int
+) -> None:
+    """Each job's median wall and CPU seconds and its runs, then the ratio of the `baseline`
+    job's median time to the `lakehouse` job's."""
+    import statistics
+
+    for name in seconds:
+        wall = statistics.median(seconds[name])
+        print(
+            f"{name:10s} {wall:6.2f} s  {rows / wall:>10,.0f} rows/s  "
+            f"{statistics.median(cpu[name]):6.2f} CPU-s  "
+            f"runs {[round(s, 2) for s in seconds[name]]}"
+        )
+    ratio = statistics.median(seconds["baseline"]) / statistics.median(seconds["lakehouse"])
+    print(f"ratio (baseline time / lakehouse time): {ratio:.2f}")

@@ -18,20 +18,18 @@ import argparse
 import base64
 import json
 import random
-import statistics
-import time
 from collections.abc import Callable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from benchlib import cpu_seconds, jvm_pid
+from benchlib import alternate, print_against_baseline
 
 from lakehouse.core.settings import load_settings
 from lakehouse.core.spark import build_session
 from lakehouse.silver.transform import parse_records, parse_schema
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 
 def b64(unscaled: int) -> str:
@@ -42,13 +40,6 @@ def b64(unscaled: int) -> str:
 
 def plain_json(values: dict[str, str]) -> str:
     return "{" + ", ".join(f'"{k}": {v}' for k, v in values.items()) + "}"
-
-
-def timed(spark: SparkSession, job: Callable[[], DataFrame]) -> tuple[float, float]:
-    pid = jvm_pid(spark)
-    cpu, start = cpu_seconds(pid), time.perf_counter()
-    job().write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - start, cpu_seconds(pid) - cpu
 
 
 def main() -> None:
@@ -94,16 +85,7 @@ def main() -> None:
 
     size = len(str(lakehouse()._jdf.queryExecution().analyzed()))
     jobs: dict[str, Callable[[], DataFrame]] = {"lakehouse": lakehouse, "baseline": baseline}
-    for _ in range(args.warmup):
-        for job in jobs.values():
-            timed(spark, job)
-    seconds: dict[str, list[float]] = {name: [] for name in jobs}
-    cpu: dict[str, list[float]] = {name: [] for name in jobs}
-    for _ in range(args.rounds):
-        for name, job in jobs.items():
-            wall, used = timed(spark, job)
-            seconds[name].append(wall)
-            cpu[name].append(used)
+    seconds, cpu = alternate(spark, jobs, args.rounds, args.warmup)
     report(args, seconds, cpu, size)
     spark.stop()
 
@@ -113,15 +95,7 @@ def report(
 ) -> None:
     print(f"{args.rows} rows x {args.columns} DECIMAL(14,2), median of {args.rounds} rounds")
     print(f"analysed plan of parse_records: {size:,} characters")
-    for name in seconds:
-        wall = statistics.median(seconds[name])
-        print(
-            f"{name:10s} {wall:6.2f} s  {args.rows / wall:>10,.0f} rows/s  "
-            f"{statistics.median(cpu[name]):6.2f} CPU-s  "
-            f"runs {[round(s, 2) for s in seconds[name]]}"
-        )
-    ratio = statistics.median(seconds["baseline"]) / statistics.median(seconds["lakehouse"])
-    print(f"ratio (baseline time / lakehouse time): {ratio:.2f}")
+    print_against_baseline(seconds, cpu, args.rows)
 
 
 if __name__ == "__main__":

@@ -14,26 +14,17 @@ warm-up runs.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from benchlib import cpu_seconds, jvm_pid
+from benchlib import alternate, print_against_baseline
 
 from lakehouse.core import instants
 from lakehouse.core.settings import load_settings
 from lakehouse.core.spark import build_session
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
-
-
-def timed(spark: SparkSession, job: Callable[[], DataFrame]) -> tuple[float, float]:
-    pid = jvm_pid(spark)
-    cpu, start = cpu_seconds(pid), time.perf_counter()
-    job().write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - start, cpu_seconds(pid) - cpu
+    from pyspark.sql import Column, DataFrame
 
 
 def main() -> None:
@@ -65,25 +56,9 @@ def main() -> None:
         "lakehouse": read(instants.iso_timestamp),
         "baseline": read(lambda t: t.try_cast("timestamp")),
     }
-    for _ in range(args.warmup):
-        for job in jobs.values():
-            timed(spark, job)
-    seconds: dict[str, list[float]] = {name: [] for name in jobs}
-    cpu: dict[str, list[float]] = {name: [] for name in jobs}
-    for _ in range(args.rounds):
-        for name, job in jobs.items():
-            wall, used = timed(spark, job)
-            seconds[name].append(wall)
-            cpu[name].append(used)
+    seconds, cpu = alternate(spark, jobs, args.rounds, args.warmup)
     print(f"{args.rows} ISO texts, median of {args.rounds} rounds")
-    for name in jobs:
-        wall = statistics.median(seconds[name])
-        print(
-            f"{name:10s} {wall:6.2f} s  {statistics.median(cpu[name]):6.2f} CPU-s  "
-            f"runs {[round(s, 2) for s in seconds[name]]}"
-        )
-    ratio = statistics.median(seconds["baseline"]) / statistics.median(seconds["lakehouse"])
-    print(f"ratio (baseline time / lakehouse time): {ratio:.2f}")
+    print_against_baseline(seconds, cpu, args.rows)
     spark.stop()
 
 
