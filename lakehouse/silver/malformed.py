@@ -11,11 +11,11 @@ if TYPE_CHECKING:
 
 _HIGH = r"\\u[dD][89abAB][0-9a-fA-F]{2}"
 _LOW = r"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
-# A `\uD800`-`\uDBFF` escape not followed by a `\uDC00`-`\uDFFF` one, or a low one without a
-# high one before it, after an even number of backslashes (`\\ud800` is a backslash and
-# text). A low escape after an escaped backslash and high-looking text (`\\ud800\udc00`) is
-# taken for a pair: a fixed-width look-behind cannot count the backslashes before it.
-_LONE_SURROGATE = rf"(?<!\\)(?:\\\\)*((?:{_HIGH})(?!{_LOW})|(?<!{_HIGH})(?:{_LOW}))"
+# Every surrogate escape after an even number of backslashes (`\\ud800` is a backslash and
+# text), left to right: a pair is one match, so its low half is never taken alone; a high one
+# not followed by a low one, or a low one not taken by a pair, is lone (group 1). A look-behind
+# for the high half would take `\\ud800\udc00` (a backslash, text, a low half) for a pair.
+_SURROGATE = rf"(?<!\\)(?:\\\\)*(?:{_HIGH}{_LOW}|({_HIGH}|{_LOW}))"
 
 
 def duplicate_keys(raw: Column) -> Column:
@@ -42,6 +42,8 @@ def lone_surrogate(text: Column) -> Column:
     its place. The regex runs only on a text with a `\\u` escape in it."""
     from pyspark.sql import functions as F
 
-    found = F.regexp_extract(text, _LONE_SURROGATE, 1)
-    lone = text.contains("\\u") & text.rlike(_LONE_SURROGATE)
-    return F.when(lone, F.concat(F.lit("invalid_unicode: lone surrogate "), found))
+    # Group 1 is empty for a pair: the lone escapes joined, the first one's six characters.
+    lone = F.array_join(F.regexp_extract_all(text, F.lit(_SURROGATE), 1), "")
+    found = F.nullif(F.substring(lone, 1, 6), F.lit(""))
+    prefix = F.lit("invalid_unicode: lone surrogate ")
+    return F.when(text.contains("\\u"), F.concat(prefix, found))

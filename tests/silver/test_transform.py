@@ -71,7 +71,7 @@ def test_a_record_with_a_lone_surrogate_escape_is_not_parsable_and_says_which(
     """A `\\ud800` with no low surrogate after it (or a low one with no high one before it)
     is no character: Spark's JSON reader took it and stored `?` in its place. Such a record
     fails `parsable` (quarantine, raw text kept) naming the escape; a pair (an emoji), and an
-    escaped backslash followed by `ud800`, are text."""
+    escaped backslash followed by `ud800`, are text, and a low half after such text is lone."""
     table = SilverTableSettings(source="src", mode="append", schema="v BIGINT, w STRING")
     values: list[object] = [
         b'{"v": 1, "w": "\\ud800"}',
@@ -82,6 +82,8 @@ def test_a_record_with_a_lone_surrogate_escape_is_not_parsable_and_says_which(
         b'{"v": 6, "x": "\\ud800\\ud800\\udc00"}',  # an unknown field: rescued as `?` too
         b'{"v": 7, "w": "\\u00e9\\\\\\udbff"}',  # an escaped backslash, then a lone one
         b'{"v": 8, "w": "\\u00e9\\\\"}',
+        # An escaped backslash and text that looks like a high half: the low one is lone.
+        b'{"v": 9, "w": "\\\\ud800\\udc00"}',
     ]
     records = event_records(bronze_rows(spark, values), table, parse_schema(table.schema))
     lone = "invalid_unicode: lone surrogate "
@@ -95,6 +97,7 @@ def test_a_record_with_a_lone_surrogate_escape_is_not_parsable_and_says_which(
             (5, None, lone + "\\ud800"),
             (6, None, lone + "\\udbff"),
             (7, "\u00e9\\", None),
+            (8, None, lone + "\\udc00"),
         ],
         "offset bigint, w string, _lh_error string",
     )
