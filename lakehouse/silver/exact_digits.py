@@ -35,8 +35,8 @@ holds the VARIANT's text (`1.5` for `1.50`), and `_rescued_data` the map's print
 whole in bronze). A record with a duplicate key has no VARIANT, nor has a column whose name
 holds both quote characters a VARIANT path: their digits are looked up as written only. A
 DOUBLE column looks up only a number outside its range: a `0.0` (`1e-400`), in records with a
-negative exponent, and keeps `0.0` where it cannot be told, and one past it (`1e400`); and a
-`0` in a record with a `-0`. Cutting an image writes a number past a double's range as the
+negative exponent, and one past it (`1e400`); and a `0` in a record with a `-0`: where it
+cannot be told, it does not decode. Cutting an image writes a number past a double's range as the
 string "Infinity": the image's VARIANT tells it from a string sent so.
 """
 
@@ -268,7 +268,9 @@ def _outside_range(key_pattern: Column, current: Column, record: Column) -> Colu
     one below it, which the map prints as 0.0, only in a record with a negative exponent or
     a plain fraction of 323 zeros or more in it (4.9e-324 is a double's least), and one past
     it, the map's quoted "Infinity". And a `-0`, which the map prints as `0` (an integer's
-    print): -0.0 is not 0.0 (`1 / x`). The map's text where it cannot be told."""
+    print): -0.0 is not 0.0 (`1 / x`). Null (the value does not decode) where such a number
+    cannot be told: a nested field of the same name written `0.0` beside a top-level
+    `1e-400`, which both read as 0.0."""
     from pyspark.sql import functions as F
 
     tiny = record.contains("e-") | record.contains("E-") | record.contains(_UNDERFLOW)
@@ -276,7 +278,7 @@ def _outside_range(key_pattern: Column, current: Column, record: Column) -> Colu
     past = current.isin('"Infinity"', '"-Infinity"')
     signed = (current == "0") & record.rlike(_NEGATIVE_ZERO)
     written = _as_written(key_pattern, _map_double(current), record)
-    return F.when(below | past | signed, F.coalesce(written, current)).otherwise(current)
+    return F.when(below | past | signed, written).otherwise(current)
 
 
 def _map_double(current: Column) -> Column:
@@ -323,7 +325,8 @@ def in_map(
 ) -> Column:
     """The map of fields to rescue with every number's text as written: a `texts` column's
     from its own projection, any other key's from the record, as is a `numbers` column's
-    (its projection is its value: `12.5` for a written `12.50`). Where the digits cannot be
+    (its projection is its value: `12.5` for a written `12.50`; a DOUBLE's is the map's
+    print, `1.0E39` for a FLOAT's `1e39`). Where the digits cannot be
     told (see `_as_written`), the map's own print: the record is whole in bronze. One lambda
     per entry: only for the rows and fields to rescue."""
     from pyspark.sql import functions as F
@@ -336,7 +339,7 @@ def in_map(
             text = F.coalesce(exact, current)
             if name in numbers:
                 # Its projection is a value (the VARIANT's drops trailing zeros, a trusted
-                # print is the print), the rescued text the number as written.
+                # or a double's print is the print), the rescued text the number as written.
                 text = F.when(printed_double(current), F.coalesce(written, text)).otherwise(text)
             out = F.when(key == name, text).otherwise(out)
         return out

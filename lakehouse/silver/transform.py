@@ -235,7 +235,7 @@ def parse_records(
     # the filtered map is not empty exactly when `bad_names` is not: the lambdas (interpreted)
     # run only for the rows that have something to rescue, and keep every number's digits.
     to_rescue = F.map_filter(raw_col, lambda k, _v: F.array_contains(bad_names, k))
-    numbers = [n for n, how in exact.items() if how in (exact_digits.VALUE, exact_digits.NUMBER)]
+    numbers = [n for n, how in exact.items() if how != exact_digits.WRITTEN]
     in_map = exact_digits.in_map(to_rescue, texts, written, numbers)
     rescued = F.when(F.size(bad_names) > 0, F.to_json(in_map))
     undecodable = F.when(

@@ -174,3 +174,38 @@ def test_every_number_is_stored_exactly_or_rescued_as_written_whatever_else_the_
     # Rows compare -0.0 equal to 0.0: the sign is compared apart.
     negative_zeros = {row[0] for _, row in records if is_negative_zero(row[5])}
     assert {r.id for r in stored.collect() if is_negative_zero(r.f)} == negative_zeros
+
+
+def test_a_double_its_record_writes_twice_under_its_name_is_rescued_not_stored_as_the_print(
+    spark: SparkSession,
+) -> None:
+    """A DOUBLE the map printed `0.0` (`1e-400`, below its range) or `0` (`-0`) is looked up
+    as written: where a nested field of the same name also reads as that double, which text
+    was the column's cannot be told, so it does not decode (rescued: the map's print, the
+    record is whole in bronze) rather than stored as 0.0. A FLOAT past its range is rescued
+    as written, not as the double's print (`1.0E39`)."""
+    schema = "id BIGINT, f DOUBLE, g FLOAT, n STRUCT<f: DOUBLE>"
+    table = SilverTableSettings(source="src", mode="append", schema=schema)
+    values: list[Any] = [
+        b'{"id": 1, "f": 1e-400, "n": {"f": 0.0}}',
+        b'{"id": 2, "f": -0, "n": {"f": 0}}',
+        b'{"id": 3, "f": 1e-400, "n": {"f": 2.5}}',
+        b'{"id": 4, "f": -0, "g": 0.5, "n": {"f": 1}}',
+        b'{"id": 5, "f": 1.5, "g": 1e39}',
+        b'{"id": 6, "g": 1.5e-50}',
+    ]
+    parsed = event_records(bronze_rows(spark, values), table, parse_schema(schema))
+    stored = parsed.select(*silver_columns(parsed))
+    expected = spark.createDataFrame(
+        [
+            (1, None, None, 0.0, '{"f":"0.0"}'),
+            (2, None, None, 0.0, '{"f":"0"}'),
+            (3, None, None, 2.5, '{"f":"1e-400"}'),
+            (4, -0.0, 0.5, 1.0, None),
+            (5, 1.5, None, None, '{"g":"1e39"}'),
+            (6, None, None, None, '{"g":"1.5e-50"}'),
+        ],
+        "id bigint, f double, g float, n_f double, _rescued_data string",
+    )
+    assert_df_equality(stored, expected, ignore_row_order=True, ignore_nullable=True)
+    assert [r.id for r in stored.collect() if is_negative_zero(r.f)] == [4]
