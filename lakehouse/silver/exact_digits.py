@@ -19,7 +19,9 @@ the value written.
 The VARIANT, too, keeps a number in exponent form, or of more than 38 digits, only as a double.
 Its digits are then taken from the record text itself (`_as_written`), or none when they cannot
 be told for sure: the value does not decode (and is rescued) rather than decode as the double's
-rounding. A string keeps a number as written (`1.50`, not the VARIANT's `1.5`).
+rounding. A string keeps a number as written (`1.50`, not the VARIANT's `1.5`). A string
+given an object or array keeps the map's JSON text where its numbers are the values written
+(`reprinted`; `1.50` as `1.5`), else does not decode.
 
 A change's row image is cut out of its record by Spark's JSON functions, which print its
 numbers so too (a CDC envelope's `after`, a tombstone's key payload, an insert_delete change):
@@ -28,7 +30,8 @@ same image. Digits that read as another number than the map's are refused, never
 would belong to another image. A key written in both images of an update, with two texts of
 one double, cannot be told.
 
-Limits: a nested value's rescued copy keeps the map's print. Where the digits cannot be told
+Limits: a nested value's rescued copy keeps the map's print, as does an object's in a string
+column. Where the digits cannot be told
 (two texts of the same double for one key, or a key the record writes with other JSON escapes
 than Spark's, `\\u0041` for `A`), a declared number column does not decode, a string column
 holds the VARIANT's text (`1.5` for `1.50`), and `_rescued_data` the map's print (the record is
@@ -69,6 +72,12 @@ _LONG_NUMBER = "[0-9.]{16}"
 # A plain fraction this long may be below a double's range: `0.<323 zeros>2` rounds to 0.0.
 _UNDERFLOW = "." + "0" * 323
 _NEGATIVE_ZERO = r":\s*-0"  # a value written as -0 (or -0.5: only a look-up too many)
+# In the map's compact text of an object or array: a number it printed through a double (past
+# its range as the string "Infinity"), and a zero (an integer's `-0` prints `0`).
+_REPRINTED = r'[:\[,](-?[0-9]+\.[0-9]+(E-?[0-9]+)?|"-?Infinity")[,\]}]'
+_ZERO = r"[:\[,]0[,\]}]"
+_ANY_NEGATIVE_ZERO = r"[:\[,]\s*-0"
+_STRUCTURAL = r"\s*([\[\]{},:])\s*"  # JSON's structural characters, with the space around
 
 # How a column's digits are found (`columns`).
 WRITTEN = "written"  # strings: a number's text exactly as written (`1.50`, `-0.0`, `1e2`)
@@ -129,6 +138,22 @@ def lossy(how: str, current: Column, record: Column) -> Column:
     return printed | ((current == "0") & record.rlike(_NEGATIVE_ZERO))
 
 
+def reprinted(current: Column, record: Column) -> Column:
+    """Whether the map's `current` may be an object or array (a STRING column given one
+    holds its JSON text) whose numbers the map printed otherwise than `record` wrote them:
+    `{"a":1.2345678901234568E16}` for `{"a": 12345678901234567.89}`, `[1.5,100.0]` for
+    `[1.50, 1e2]`. Not where `record`, its spaces around JSON's structure taken out, holds
+    the text as printed (a producer's `{"a": 1.5}`): that is what it wrote. A string that
+    reads as such JSON (`"[1.50]"`) is told apart by the VARIANT (`text`)."""
+    from pyspark.sql import functions as F
+
+    composite = current.startswith("{") | current.startswith("[")
+    zero = current.rlike(_ZERO) & record.rlike(_ANY_NEGATIVE_ZERO)
+    compact = F.regexp_replace(record, _STRUCTURAL, "$1")
+    written = compact.contains(F.regexp_replace(current, _STRUCTURAL, "$1"))
+    return composite & (current.rlike(_REPRINTED) | zero) & ~written
+
+
 def trusted(current: Column) -> Column:
     """Whether a VALUE column's double print `current` is the value written (where
     `printed_double`): the record is `short`, so the number was written with at most 15
@@ -178,6 +203,7 @@ def variant(
         for n, how in names.items()
         if how != ZERO
     ]
+    printed += [reprinted(raw[n], source) for n, how in names.items() if how == WRITTEN]
     # Projected first when a VALUE column reads it: a regular expression on the whole text.
     first = [short(source).alias(SHORT)] if VALUE in names.values() else []
     if within is not None:
@@ -231,11 +257,10 @@ def text(name: str, how: str, current: Column, record: Column, cut: bool = False
     if path is None or kind is None:
         # A `0` may also be a string's: then it is not found as a number.
         zero = F.coalesce(written, current)
-        return (
-            F.when(printed_double(current), written)
-            .when(lossy(how, current, record), zero)
-            .otherwise(current)
-        )
+        out = F.when(printed_double(current), written).when(lossy(how, current, record), zero)
+        if how == WRITTEN:  # an object's or a string's text: cannot be told without a path
+            out = out.when(reprinted(current, record), F.lit(None).cast("string"))
+        return out.otherwise(current)
     as_text = F.try_variant_get(F.col(VARIANT), path, "string")
     # Telling a double from a decimal costs ~0.5 s per million rows and column, less than
     # looking for an exponent in the record (bench/README, silver throughput).
@@ -247,18 +272,27 @@ def text(name: str, how: str, current: Column, record: Column, cut: bool = False
     if how == WRITTEN:
         # The VARIANT's decimal drops a trailing zero and -0.0's sign: its text is the last
         # resort (a key written with other escapes, `caf\\u00e9`, is not found as written).
+        # An object or array `reprinted` is its JSON value only when every number in the
+        # map's text is the number written (the VARIANTs, keys in order, numbers as values,
+        # agree; `1.50` is `1.5`): else, `{"a":1.2345678901234568E16}`, it does not decode.
+        composite = kind.startswith("OBJECT") | kind.startswith("ARRAY")
+        value = F.to_json(F.try_variant_get(F.col(VARIANT), path, "variant"))
+        same = F.to_json(F.try_parse_json(current)) == value
         exact = (
-            F.when(kind.isin("STRING", "OBJECT", "ARRAY"), current)
+            F.when(kind == "STRING", current)
+            .when(composite, F.when(same, current))
             .when(~unparsed & kind.isNull(), F.lit(None).cast("string"))
             .otherwise(F.coalesce(written, F.when(~is_double, as_text)))
         )
-    else:
-        # Digits that read as another number than the map's belong to another record than
-        # the one parsed (a cut's image chosen otherwise): refused, never taken.
-        agrees = as_text.try_cast("double") == _map_double(current)
-        exact = F.when(unparsed | is_double, written).when(agrees, as_text)
-        if how == VALUE:
-            return F.when(printed_double(current) & ~trusted(current), exact).otherwise(current)
+        return F.when(lossy(how, current, record) | reprinted(current, record), exact).otherwise(
+            current
+        )
+    # Digits that read as another number than the map's belong to another record than
+    # the one parsed (a cut's image chosen otherwise): refused, never taken.
+    agrees = as_text.try_cast("double") == _map_double(current)
+    exact = F.when(unparsed | is_double, written).when(agrees, as_text)
+    if how == VALUE:
+        return F.when(printed_double(current) & ~trusted(current), exact).otherwise(current)
     return F.when(lossy(how, current, record), exact).otherwise(current)
 
 

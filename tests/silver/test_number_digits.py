@@ -209,3 +209,41 @@ def test_a_double_its_record_writes_twice_under_its_name_is_rescued_not_stored_a
     )
     assert_df_equality(stored, expected, ignore_row_order=True, ignore_nullable=True)
     assert [r.id for r in stored.collect() if is_negative_zero(r.f)] == [4]
+
+
+def test_an_object_in_a_string_column_keeps_its_json_value_or_is_rescued(
+    spark: SparkSession,
+) -> None:
+    """A STRING column given an object or array holds its JSON text as Spark's map prints
+    it, every number with a fraction through a double: `12345678901234567.89` was stored as
+    `1.2345678901234568E16`, `1e400` as the string "Infinity". The text is kept where its
+    numbers are the values written (spaces, key order, escapes and `1.50` for `1.5` aside);
+    else it does not decode (rescued). A string holding such JSON is a string."""
+    schema = "id BIGINT, s STRING"
+    table = SilverTableSettings(source="src", mode="append", schema=schema)
+    values: list[Any] = [
+        b'{"id": 1, "s": {"a": 12345678901234567.89, "b": 1.50}}',
+        b'{"id": 2, "s": [1.50, 1e2]}',
+        b'{"id": 3, "s": {"a":1e400}}',
+        b'{"id": 4, "s": {"a": 1.0000000000000000000000000000000000000001}}',
+        b'{"id": 5, "s": {"a": 1.5, "b": [2.25, "x , y"]}}',
+        b'{"id": 6, "s": {"name": "caf\\u00e9", "b": 1.50, "a": [1e300, -2.5E-7]}}',
+        b'{"id": 7, "s": {"a": "Infinity", "b": 1}}',
+        b'{"id": 8, "s": "{\\"a\\": 1.50}"}',
+    ]
+    parsed = event_records(bronze_rows(spark, values), table, parse_schema(schema))
+    expected = spark.createDataFrame(
+        [
+            (1, None, '{"s":"{\\"a\\":1.2345678901234568E16,\\"b\\":1.5}"}'),
+            (2, None, '{"s":"[1.5,100.0]"}'),
+            (3, None, '{"s":"{\\"a\\":\\"Infinity\\"}"}'),
+            (4, None, '{"s":"{\\"a\\":1.0}"}'),
+            (5, '{"a":1.5,"b":[2.25,"x , y"]}', None),
+            (6, '{"name":"caf\u00e9","b":1.5,"a":[1.0E300,-2.5E-7]}', None),
+            (7, '{"a":"Infinity","b":1}', None),
+            (8, '{"a": 1.50}', None),
+        ],
+        f"{schema}, _rescued_data STRING",
+    )
+    stored = parsed.select(*silver_columns(parsed))
+    assert_df_equality(stored, expected, ignore_row_order=True, ignore_nullable=True)
