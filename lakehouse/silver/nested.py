@@ -15,10 +15,11 @@ its kind (an events feed's ISO dates and timestamps and text decimals; a CDC sou
 days, epoch microseconds, or milliseconds in `connect` mode, and with `decimal_handling_mode:
 precise` base64 decimals: a PostgreSQL `timestamp(3)[]` under `adaptive` sends milliseconds, so
 its column declares `epoch_ms`). A nested string keeps the VARIANT's text of a number (`1.5`
-for `1.50`), and a DOUBLE leaf's `-0.0` is `0.0`. A record with a duplicate key has no VARIANT:
-its nested values do not decode. A value holding a field its struct does not declare, at any
-depth, is still the column's value when every declared leaf decodes, and the whole field is
-rescued as well (the record's `_rescued_data`), so the unknown field is kept, not dropped."""
+for `1.50`) or of an object (its keys in order) that holds no such double, and a DOUBLE leaf's
+`-0.0` is `0.0`. A record with a duplicate key has no VARIANT: its nested values do not decode.
+A value holding a field its struct does not declare, at any depth, is still the column's value
+when every declared leaf decodes, and the whole field is rescued as well (the record's
+`_rescued_data`), so the unknown field is kept, not dropped."""
 
 from __future__ import annotations
 
@@ -170,7 +171,10 @@ def _leaf(v: Column, data_type: DataType, enc: Mapping[str, str]) -> Column:
         # base64 would be another number.
         leaf_text = F.when(variant_kind.isin("STRING") | variant_kind.startswith("OBJECT"), text)
     elif kind == "string":
-        leaf_text = F.when(~double, text)
+        # An object or array holding a VARIANT double holds a number whose digits are lost
+        # (`{"a": 1.2345678901234567891e3}`): its text would hold another number.
+        lost = composite & (variant_kind.contains("DOUBLE") | variant_kind.contains("FLOAT"))
+        leaf_text = F.when(~double & ~lost, text)
     else:
         leaf_text = F.when(~composite & ~double, text)
     value = decode.decode(leaf_text, data_type, encoding)

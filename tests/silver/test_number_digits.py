@@ -247,3 +247,30 @@ def test_an_object_in_a_string_column_keeps_its_json_value_or_is_rescued(
     )
     stored = parsed.select(*silver_columns(parsed))
     assert_df_equality(stored, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_nested_string_given_an_object_with_a_number_whose_digits_are_lost_is_rescued(
+    spark: SparkSession,
+) -> None:
+    """A nested STRING leaf given an object or array holds the VARIANT's JSON text of it,
+    which holds a number in exponent form or of more than 38 digits as a double:
+    `1.2345678901234567891e3` was stored as `1234.567890123457`. Such a value does not
+    decode (the column is rescued); one whose numbers the VARIANT keeps is stored."""
+    schema = "id BIGINT, n STRUCT<s: STRING>"
+    table = SilverTableSettings(source="src", mode="append", schema=schema)
+    values: list[Any] = [
+        b'{"id": 1, "n": {"s": {"a": 1.2345678901234567891e3}}}',
+        b'{"id": 2, "n": {"s": [1.0000000000000000000000000000000000000001]}}',
+        b'{"id": 3, "n": {"s": {"b": 12345678901234567.89, "a": [1, "x"]}}}',
+    ]
+    parsed = event_records(bronze_rows(spark, values), table, parse_schema(schema))
+    expected = spark.createDataFrame(
+        [
+            (1, None, '{"n":"{\\"s\\":{\\"a\\":1234.567890123457}}"}'),
+            (2, None, '{"n":"{\\"s\\":[1.0]}"}'),
+            (3, '{"a":[1,"x"],"b":12345678901234567.89}', None),
+        ],
+        "id bigint, n_s string, _rescued_data string",
+    )
+    stored = parsed.select(*silver_columns(parsed))
+    assert_df_equality(stored, expected, ignore_row_order=True, ignore_nullable=True)
