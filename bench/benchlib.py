@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -99,8 +100,6 @@ def print_against_baseline(
 ) -> None:
     """Each job's median wall and CPU seconds and its runs, then the ratio of the `baseline`
     job's median time to the `lakehouse` job's."""
-    import statistics
-
     for name in seconds:
         wall = statistics.median(seconds[name])
         print(
