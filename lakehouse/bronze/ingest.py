@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from lakehouse.bronze import historical, offsets, retention
 from lakehouse.bronze import transform as bronze
 from lakehouse.bronze.offsets import Offsets, StartFrom, StartFromError
-from lakehouse.core import fs, kafka, protection, tables
+from lakehouse.core import compaction, fs, kafka, protection, tables
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.kafka import spark_options
 from lakehouse.core.settings import Settings, SettingsError
@@ -210,8 +210,10 @@ def _run(
     # The query runs on a copy of the session taken at start(), so the settings stay with it.
     with runtime_conf(spark, WRITE_CONF):
         query = _write_bronze(rows, path, checkpoint, options, source)
+    # Spark's Delta sink adds files every batch: compacted between the query's polls.
+    compactor = compaction.Compactor(spark, path, settings.storage.compact_every)
     try:
-        await_query(query, options.trigger, progress=True)
+        await_query(query, options.trigger, progress=True, between=compactor.poll)
     except Exception as exc:
         lost = retention.lost_while_reading(options.source, exc)
         if lost is None:

@@ -30,9 +30,9 @@ class StorageSettings:
     # A local directory or any Hadoop URI (s3a://bucket/lake). Holds bronze/, silver/, gold/,
     # offline/, _checkpoints/ and _system/.
     root: str = "data/lakehouse"
-    # Every how many commits a silver or gold table is compacted: OPTIMIZE rewrites its small
-    # files and the files whose rows are mostly deleted (each MERGE adds files and deletion
-    # vectors; nothing else removes them). Rows and change feed stay as they are. 0: never.
+    # Every how many commits a bronze, silver or gold table is compacted: OPTIMIZE rewrites its
+    # small files and the files whose rows are mostly deleted (each micro-batch and MERGE adds
+    # files, a MERGE deletion vectors). Rows and change feed stay as they are. 0: never.
     compact_every: int = 50
 
     def __post_init__(self) -> None:

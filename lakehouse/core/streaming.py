@@ -80,6 +80,7 @@ def await_query(
     detail: Callable[[int], str] | None = None,
     behind: Callable[[dict[str, Any]], str] | None = None,
     rows: Callable[[int], int | None] | None = None,
+    between: Callable[[], None] | None = None,
 ) -> None:
     """Wait for the query. In continuous mode SIGTERM/SIGINT stop it and exit 0; a batch in
     flight is not committed and is redone on restart (Delta commits are atomic and the sink
@@ -87,13 +88,16 @@ def await_query(
     micro-batch: rows in, what the job did with them (`detail` of the batch id), rate, and
     how far the source is behind (`behind` of the progress report; default: Kafka's). `rows`
     gives the job's own count of a batch's rows where it has one: the query's input count
-    counts every scan of the source, so a batch that reads its input twice says twice."""
+    counts every scan of the source, so a batch that reads its input twice says twice.
+    `between` runs between polls and once after the query ends (a compaction)."""
     lines = _ProgressLines(query, detail, behind or kafka_behind, rows) if progress else None
     with stop_on_signals(trigger) as stop:
         while not stop.is_set():
             done = query.awaitTermination(1)
             if lines:
                 lines.log_new()
+            if between:
+                between()
             if done:
                 break
         if stop.is_set():

@@ -146,41 +146,6 @@ def set_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> 
     return latest_version(spark, path)
 
 
-def compact_when_due(spark: SparkSession, path: str, every: int) -> int | None:
-    """Compact the table (OPTIMIZE: small files and mostly-deleted ones rewritten, a commit
-    that changes no row, so its change feed and streams reading it see nothing) when its
-    newest version is a multiple of `every` (0: never). Returns the compaction's version, or
-    None when it committed nothing (no file needed rewriting). Called after a write, outside
-    its transaction: the compaction carries neither the write's transaction id nor its user
-    metadata. A concurrent writer's conflict skips it (the next due version compacts)."""
-    from delta.tables import DeltaTable
-
-    version = latest_version(spark, path)
-    if every <= 0 or version == 0 or version % every:
-        return None
-    try:
-        done = DeltaTable.forPath(spark, path).optimize().executeCompaction().collect()
-    except Exception as exc:
-        if not is_write_conflict(exc):
-            raise
-        log.warning("compaction of %s skipped: a concurrent commit conflicted (%s)", path, exc)
-        return None
-    if not done or not done[0]["metrics"]["numFilesRemoved"]:
-        return None  # nothing to rewrite: OPTIMIZE made no commit
-    return _compaction_version(spark, path, version)
-
-
-def _compaction_version(spark: SparkSession, path: str, before: int) -> int:
-    """The version of the OPTIMIZE commit made after `before`: the newest, unless another
-    writer committed in between."""
-    newest = latest_version(spark, path)
-    for version in range(newest, before, -1):
-        info = commit_info(spark, path, version)
-        if info is not None and info.get("operation") == "OPTIMIZE":
-            return version
-    return newest
-
-
 def latest_version(spark: SparkSession, path: str) -> int:
     """The table's newest committed version, from its log's files alone: the version in
     `_last_checkpoint` (if any), then one probe per later commit file (a commit exists once its

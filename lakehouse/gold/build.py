@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.core import faults, fs, system, tables
+from lakehouse.core import compaction, faults, fs, system, tables
 from lakehouse.core.columns import named
 from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings
@@ -273,7 +273,7 @@ def _execute(
     if touched is not None:
         touched.cached.unpersist()
     built = last_build(spark, path) or {}
-    tables.compact_when_due(spark, path, settings.storage.compact_every)
+    compaction.compact_when_due(spark, path, settings.storage.compact_every)
     metrics = built.get("metrics", {})
     result.groups = rows_changed(metrics)
     result.counts = checked.counts

@@ -13,7 +13,7 @@ from functools import partial
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.core import faults, tables
+from lakehouse.core import compaction, faults, tables
 from lakehouse.core.columns import case_colliding_fields, case_collisions, unnameable_fields
 from lakehouse.quality.expectations import (
     REMOVING,
@@ -145,14 +145,14 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
         clock.lap("metrics")
         faults.point("after_metrics_commit")
         # Once the batch is whole: a compaction is maintenance, not part of the batch.
-        if tables.compact_when_due(spark, plan.path, plan.compact_every) is not None:
+        if compaction.compact_when_due(spark, plan.path, plan.compact_every) is not None:
             clock.lap("compaction")
             faults.point("after_compaction")  # the checkpoint's commit of the batch comes next
         # The system tables every refine job appends to, each only after a write to it (a due
         # version left alone would try again every batch); another job's conflict skips it.
         written = [plan.metrics_path] + ([plan.quarantine_path] if stats.quarantined else [])
         for path in written:
-            tables.compact_when_due(spark, path, plan.compact_every)
+            compaction.compact_when_due(spark, path, plan.compact_every)
     finally:
         evaluated.unpersist()
     return replace(stats, phases=tuple(clock.phases), read=read)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from lakehouse.core import kafka, system, tables
@@ -81,7 +82,8 @@ def test_sigkill_mid_batch_loses_and_duplicates_nothing(
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
     rng = random.Random(7)  # noqa: S311 - test timing, not security
-    env = job_env(settings, name, topic)
+    # Bronze compacts every 3 commits as it goes: kills land in compactions too.
+    env = {**job_env(settings, name, topic), "LAKEHOUSE__STORAGE__COMPACT_EVERY": "3"}
     progress: list[int] = []
     log = tmp_path / "ingest.log"
     for _kill in range(5):
@@ -107,6 +109,8 @@ def test_sigkill_mid_batch_loses_and_duplicates_nothing(
 
     assert len(delivered) >= 3000, len(delivered)  # thousands of events, 3 partitions
     assert progress == sorted(set(progress)), progress  # every killed run had committed more
+    history = DeltaTable.forPath(spark, settings.storage.path("bronze", name)).history()
+    assert history.where("operation = 'OPTIMIZE'").count() > 0  # the runs did compact
     expected = spark.createDataFrame(delivered, "partition int, offset long")
     assert_df_equality(
         bronze(spark, settings, name).select("partition", "offset"),

@@ -8,7 +8,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
-from lakehouse.core import tables
+from lakehouse.core import compaction, tables
 
 SCHEMA = StructType([StructField("id", LongType())])
 
@@ -99,12 +99,12 @@ def test_a_compaction_that_finds_nothing_to_rewrite_reports_none(
     spark.createDataFrame([(1,)], SCHEMA).coalesce(1).write.format("delta").mode("append").save(
         path
     )
-    assert tables.compact_when_due(spark, path, 1) is None
+    assert compaction.compact_when_due(spark, path, 1) is None
     assert tables.latest_version(spark, path) == 1
     spark.createDataFrame([(2,)], SCHEMA).coalesce(1).write.format("delta").mode("append").save(
         path
     )
-    assert tables.compact_when_due(spark, path, 2) == 3
+    assert compaction.compact_when_due(spark, path, 2) == 3
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where("version = 3")
     assert [r["operation"] for r in history.collect()] == ["OPTIMIZE"]
 

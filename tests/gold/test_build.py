@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import SparkSession
 
-from lakehouse.core import system, tables
+from lakehouse.core import compaction, system, tables
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import ExpectationSettings, GoldTableSettings
 from lakehouse.gold.build import GoldOptions, build_gold, gold_path
@@ -289,7 +289,7 @@ def test_compactions_of_the_source_and_of_gold_change_no_gold_row(
     expected = patched_model if patched else model
     for start in range(0, len(events), 10):
         apply_events(spark, path, events[start : start + 10])
-        tables.compact_when_due(spark, path, 2)
+        compaction.compact_when_due(spark, path, 2)
         build_gold(spark, settings, GoldOptions(name))
         assert_gold(spark, settings, name, expected(spark, events[: start + 10]))
     for table in (path, gold_path(settings, name)):
@@ -301,7 +301,7 @@ def test_compactions_of_the_source_and_of_gold_change_no_gold_row(
     apply_events(spark, path, [(99, 1, Decimal("1.00"), 0, "u", 999)])
     build_gold(spark, settings, GoldOptions(name))
     built = tables.latest_version(spark, gold_path(settings, name))
-    compacted = tables.compact_when_due(spark, path, 1)
+    compacted = compaction.compact_when_due(spark, path, 1)
     assert compacted is not None
     assert (tables.commit_info(spark, path, compacted) or {})["operation"] == "OPTIMIZE"
     (row,) = gold_summary(spark, settings).where(f"table = 'gold.{name}'").collect()

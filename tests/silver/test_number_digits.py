@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.core.instants import MAX_MICROS, MIN_MICROS
 from lakehouse.core.specs import SilverTableSettings
@@ -176,6 +176,13 @@ def test_every_number_is_stored_exactly_or_rescued_as_written_whatever_else_the_
     assert {r.id for r in stored.collect() if is_negative_zero(r.f)} == negative_zeros
 
 
+def stored(spark: SparkSession, schema: str, values: list[Any]) -> DataFrame:
+    """`values` refined, appended, into a table of `schema`: the columns silver stores."""
+    table = SilverTableSettings(source="src", mode="append", schema=schema)
+    parsed = event_records(bronze_rows(spark, values), table, parse_schema(schema))
+    return parsed.select(*silver_columns(parsed))
+
+
 def test_a_double_its_record_writes_twice_under_its_name_is_rescued_not_stored_as_the_print(
     spark: SparkSession,
 ) -> None:
@@ -185,7 +192,6 @@ def test_a_double_its_record_writes_twice_under_its_name_is_rescued_not_stored_a
     record is whole in bronze) rather than stored as 0.0. A FLOAT past its range is rescued
     as written, not as the double's print (`1.0E39`)."""
     schema = "id BIGINT, f DOUBLE, g FLOAT, n STRUCT<f: DOUBLE>"
-    table = SilverTableSettings(source="src", mode="append", schema=schema)
     values: list[Any] = [
         b'{"id": 1, "f": 1e-400, "n": {"f": 0.0}}',
         b'{"id": 2, "f": -0, "n": {"f": 0}}',
@@ -194,8 +200,7 @@ def test_a_double_its_record_writes_twice_under_its_name_is_rescued_not_stored_a
         b'{"id": 5, "f": 1.5, "g": 1e39}',
         b'{"id": 6, "g": 1.5e-50}',
     ]
-    parsed = event_records(bronze_rows(spark, values), table, parse_schema(schema))
-    stored = parsed.select(*silver_columns(parsed))
+    refined = stored(spark, schema, values)
     expected = spark.createDataFrame(
         [
             (1, None, None, 0.0, '{"f":"0.0"}'),
@@ -207,8 +212,8 @@ def test_a_double_its_record_writes_twice_under_its_name_is_rescued_not_stored_a
         ],
         "id bigint, f double, g float, n_f double, _rescued_data string",
     )
-    assert_df_equality(stored, expected, ignore_row_order=True, ignore_nullable=True)
-    assert [r.id for r in stored.collect() if is_negative_zero(r.f)] == [4]
+    assert_df_equality(refined, expected, ignore_row_order=True, ignore_nullable=True)
+    assert [r.id for r in refined.collect() if is_negative_zero(r.f)] == [4]
 
 
 def test_an_object_in_a_string_column_keeps_its_json_value_or_is_rescued(
@@ -220,7 +225,6 @@ def test_an_object_in_a_string_column_keeps_its_json_value_or_is_rescued(
     numbers are the values written (spaces, key order, escapes and `1.50` for `1.5` aside);
     else it does not decode (rescued). A string holding such JSON is a string."""
     schema = "id BIGINT, s STRING"
-    table = SilverTableSettings(source="src", mode="append", schema=schema)
     values: list[Any] = [
         b'{"id": 1, "s": {"a": 12345678901234567.89, "b": 1.50}}',
         b'{"id": 2, "s": [1.50, 1e2]}',
@@ -231,7 +235,6 @@ def test_an_object_in_a_string_column_keeps_its_json_value_or_is_rescued(
         b'{"id": 7, "s": {"a": "Infinity", "b": 1}}',
         b'{"id": 8, "s": "{\\"a\\": 1.50}"}',
     ]
-    parsed = event_records(bronze_rows(spark, values), table, parse_schema(schema))
     expected = spark.createDataFrame(
         [
             (1, None, '{"s":"{\\"a\\":1.2345678901234568E16,\\"b\\":1.5}"}'),
@@ -245,8 +248,9 @@ def test_an_object_in_a_string_column_keeps_its_json_value_or_is_rescued(
         ],
         f"{schema}, _rescued_data STRING",
     )
-    stored = parsed.select(*silver_columns(parsed))
-    assert_df_equality(stored, expected, ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(
+        stored(spark, schema, values), expected, ignore_row_order=True, ignore_nullable=True
+    )
 
 
 def test_a_nested_string_given_an_object_with_a_number_whose_digits_are_lost_is_rescued(
@@ -257,13 +261,11 @@ def test_a_nested_string_given_an_object_with_a_number_whose_digits_are_lost_is_
     `1.2345678901234567891e3` was stored as `1234.567890123457`. Such a value does not
     decode (the column is rescued); one whose numbers the VARIANT keeps is stored."""
     schema = "id BIGINT, n STRUCT<s: STRING>"
-    table = SilverTableSettings(source="src", mode="append", schema=schema)
     values: list[Any] = [
         b'{"id": 1, "n": {"s": {"a": 1.2345678901234567891e3}}}',
         b'{"id": 2, "n": {"s": [1.0000000000000000000000000000000000000001]}}',
         b'{"id": 3, "n": {"s": {"b": 12345678901234567.89, "a": [1, "x"]}}}',
     ]
-    parsed = event_records(bronze_rows(spark, values), table, parse_schema(schema))
     expected = spark.createDataFrame(
         [
             (1, None, '{"n":"{\\"s\\":{\\"a\\":1234.567890123457}}"}'),
@@ -272,5 +274,6 @@ def test_a_nested_string_given_an_object_with_a_number_whose_digits_are_lost_is_
         ],
         "id bigint, n_s string, _rescued_data string",
     )
-    stored = parsed.select(*silver_columns(parsed))
-    assert_df_equality(stored, expected, ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(
+        stored(spark, schema, values), expected, ignore_row_order=True, ignore_nullable=True
+    )
