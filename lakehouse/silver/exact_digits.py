@@ -135,7 +135,7 @@ def lossy(how: str, current: Column, record: Column) -> Column:
     printed = printed_double(current)
     if how != WRITTEN:
         return printed
-    return printed | ((current == "0") & record.rlike(_NEGATIVE_ZERO))
+    return printed | where(current == "0", record.rlike(_NEGATIVE_ZERO))
 
 
 def reprinted(current: Column, record: Column) -> Column:
@@ -148,10 +148,20 @@ def reprinted(current: Column, record: Column) -> Column:
     from pyspark.sql import functions as F
 
     composite = current.startswith("{") | current.startswith("[")
-    zero = current.rlike(_ZERO) & record.rlike(_ANY_NEGATIVE_ZERO)
+    zero = where(current.rlike(_ZERO), record.rlike(_ANY_NEGATIVE_ZERO))
     compact = F.regexp_replace(record, _STRUCTURAL, "$1")
     written = compact.contains(F.regexp_replace(current, _STRUCTURAL, "$1"))
-    return composite & (current.rlike(_REPRINTED) | zero) & ~written
+    return where(composite, (current.rlike(_REPRINTED) | zero) & ~written)
+
+
+def where(condition: Column, check: Column) -> Column:
+    """`check` where `condition` holds, else false: for a check of the whole record, which
+    Spark's common-subexpression elimination would otherwise run on every row (it hoists an
+    expression that several columns' conditions share out of an `and`, not out of a `when`'s
+    branch)."""
+    from pyspark.sql import functions as F
+
+    return F.when(condition, check).otherwise(F.lit(False))
 
 
 def trusted(current: Column) -> Column:
@@ -308,9 +318,9 @@ def _outside_range(key_pattern: Column, current: Column, record: Column) -> Colu
     from pyspark.sql import functions as F
 
     tiny = record.contains("e-") | record.contains("E-") | record.contains(_UNDERFLOW)
-    below = current.isin("0.0", "-0.0") & tiny
+    below = where(current.isin("0.0", "-0.0"), tiny)
     past = current.isin('"Infinity"', '"-Infinity"')
-    signed = (current == "0") & record.rlike(_NEGATIVE_ZERO)
+    signed = where(current == "0", record.rlike(_NEGATIVE_ZERO))
     written = _as_written(key_pattern, _map_double(current), record)
     return F.when(below | past | signed, written).otherwise(current)
 
