@@ -73,11 +73,8 @@ _LONG_NUMBER = "[0-9.]{16}"
 _UNDERFLOW = "." + "0" * 323
 _NEGATIVE_ZERO = r":\s*-0"  # a value written as -0 (or -0.5: only a look-up too many)
 # In the map's compact text of an object or array: a number it printed through a double (past
-# its range as the string "Infinity"), and a zero (an integer's `-0` prints `0`).
+# its range as the string "Infinity").
 _REPRINTED = r'[:\[,](-?[0-9]+\.[0-9]+(E-?[0-9]+)?|"-?Infinity")[,\]}]'
-_ZERO = r"[:\[,]0[,\]}]"
-_ANY_NEGATIVE_ZERO = r"[:\[,]\s*-0"
-_STRUCTURAL = r"\s*([\[\]{},:])\s*"  # JSON's structural characters, with the space around
 
 # How a column's digits are found (`columns`).
 WRITTEN = "written"  # strings: a number's text exactly as written (`1.50`, `-0.0`, `1e2`)
@@ -138,20 +135,17 @@ def lossy(how: str, current: Column, record: Column) -> Column:
     return printed | where(current == "0", record.rlike(_NEGATIVE_ZERO))
 
 
-def reprinted(current: Column, record: Column) -> Column:
+def reprinted(current: Column) -> Column:
     """Whether the map's `current` may be an object or array (a STRING column given one
-    holds its JSON text) whose numbers the map printed otherwise than `record` wrote them:
+    holds its JSON text) whose numbers the map printed otherwise than they were written:
     `{"a":1.2345678901234568E16}` for `{"a": 12345678901234567.89}`, `[1.5,100.0]` for
-    `[1.50, 1e2]`. Not where `record`, its spaces around JSON's structure taken out, holds
-    the text as printed (a producer's `{"a": 1.5}`): that is what it wrote. A string that
-    reads as such JSON (`"[1.50]"`) is told apart by the VARIANT (`text`)."""
-    from pyspark.sql import functions as F
-
+    `[1.50, 1e2]`, `"Infinity"` for `1e400`. Such a row is parsed as a VARIANT, which tells
+    (`text`) whether its numbers are the values written, and a string that reads as such JSON
+    (`"[1.50]"`) from an object. One regular expression: a check on the record's text too
+    (was it written so?) made refine's generated code ~1 s per million rows slower even where
+    it never ran (bench/README)."""
     composite = current.startswith("{") | current.startswith("[")
-    zero = where(current.rlike(_ZERO), record.rlike(_ANY_NEGATIVE_ZERO))
-    compact = F.regexp_replace(record, _STRUCTURAL, "$1")
-    written = compact.contains(F.regexp_replace(current, _STRUCTURAL, "$1"))
-    return where(composite, (current.rlike(_REPRINTED) | zero) & ~written)
+    return where(composite, current.rlike(_REPRINTED))
 
 
 def where(condition: Column, check: Column) -> Column:
@@ -213,7 +207,7 @@ def variant(
         for n, how in names.items()
         if how != ZERO
     ]
-    printed += [reprinted(raw[n], source) for n, how in names.items() if how == WRITTEN]
+    printed += [reprinted(raw[n]) for n, how in names.items() if how == WRITTEN]
     # Projected first when a VALUE column reads it: a regular expression on the whole text.
     first = [short(source).alias(SHORT)] if VALUE in names.values() else []
     if within is not None:
@@ -269,7 +263,7 @@ def text(name: str, how: str, current: Column, record: Column, cut: bool = False
         zero = F.coalesce(written, current)
         out = F.when(printed_double(current), written).when(lossy(how, current, record), zero)
         if how == WRITTEN:  # an object's or a string's text: cannot be told without a path
-            out = out.when(reprinted(current, record), F.lit(None).cast("string"))
+            out = out.when(reprinted(current), F.lit(None).cast("string"))
         return out.otherwise(current)
     as_text = F.try_variant_get(F.col(VARIANT), path, "string")
     # Telling a double from a decimal costs ~0.5 s per million rows and column, less than
@@ -294,9 +288,7 @@ def text(name: str, how: str, current: Column, record: Column, cut: bool = False
             .when(~unparsed & kind.isNull(), F.lit(None).cast("string"))
             .otherwise(F.coalesce(written, F.when(~is_double, as_text)))
         )
-        return F.when(lossy(how, current, record) | reprinted(current, record), exact).otherwise(
-            current
-        )
+        return F.when(lossy(how, current, record) | reprinted(current), exact).otherwise(current)
     # Digits that read as another number than the map's belong to another record than
     # the one parsed (a cut's image chosen otherwise): refused, never taken.
     agrees = as_text.try_cast("double") == _map_double(current)
