@@ -50,14 +50,15 @@ def _compaction_version(spark: SparkSession, path: str, before: int) -> int:
     """The version of the OPTIMIZE commit made after `before`: the newest, unless another
     writer committed in between."""
     newest = tables.latest_version(spark, path)
-    for version in range(newest, before, -1):
-        if _is_compaction(spark, path, version):
+    return _newest_compaction(spark, path, newest, before) or newest
+
+
+def _newest_compaction(spark: SparkSession, path: str, newest: int, after: int) -> int | None:
+    """The newest OPTIMIZE commit in versions (after, newest], from their log files."""
+    for version in range(newest, after, -1):
+        if (tables.commit_info(spark, path, version) or {}).get("operation") == "OPTIMIZE":
             return version
-    return newest
-
-
-def _is_compaction(spark: SparkSession, path: str, version: int) -> bool:
-    return (tables.commit_info(spark, path, version) or {}).get("operation") == "OPTIMIZE"
+    return None
 
 
 class Compactor:
@@ -76,10 +77,8 @@ class Compactor:
         """The newest compaction among the last `every` commits, else the version `every`
         commits back: a table that many commits past its last compaction is due now."""
         newest = tables.latest_version(self.spark, self.path)
-        for version in range(newest, max(newest - self.every, 0), -1):
-            if _is_compaction(self.spark, self.path, version):
-                return version
-        return max(newest - self.every, 0)
+        back = max(newest - self.every, 0)
+        return _newest_compaction(self.spark, self.path, newest, back) or back
 
     def poll(self) -> None:
         if self.every <= 0:
