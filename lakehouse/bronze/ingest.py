@@ -213,7 +213,7 @@ def _run(
     # Spark's Delta sink adds files every batch: compacted between the query's polls.
     compactor = compaction.Compactor(spark, path, settings.storage.compact_every)
     try:
-        await_query(query, options.trigger, progress=True, between=compactor.poll)
+        await_query(query, options.trigger, progress=True, between=lambda: compactor.poll(query))
     except Exception as exc:
         lost = retention.lost_while_reading(options.source, exc)
         if lost is None:

@@ -5,12 +5,15 @@ A compaction rewrites files, never rows, and adds nothing to the change feed sil
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from lakehouse.core import kafka
+from lakehouse.core.compaction import Compactor
 from lakehouse.core.settings import Settings
 from tests.bronze.helpers import bronze, new_source, run_ingest
 
@@ -56,3 +59,50 @@ def test_a_compacted_bronze_table_keeps_every_offset_once_in_its_rows_and_change
         ignore_row_order=True,
         ignore_nullable=True,
     )
+
+
+def test_the_compactor_looks_at_the_table_only_after_its_query_reported_a_new_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Between a query's batches the stream committed nothing, so its compactor leaves the log
+    alone (a look a second is ~10 requests a second on an object store): commits that others
+    make are counted at the query's next batch."""
+    source, target, checkpoint = (str(tmp_path / n) for n in ("source", "target", "checkpoint"))
+
+    def batch(rows: int) -> StreamingQuery:
+        """One availableNow run of a real stream from `source` into `target`: one commit."""
+        spark.range(rows).write.format("delta").mode("append").save(source)
+        query = (
+            spark.readStream.format("delta")
+            .load(source)
+            .writeStream.format("delta")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start(target)
+        )
+        query.awaitTermination()
+        return query
+
+    def compactions() -> int:
+        history = DeltaTable.forPath(spark, target).history().collect()
+        return [r["operation"] for r in history].count("OPTIMIZE")
+
+    first = batch(3)  # the table's version 0
+    compactor = Compactor(spark, target, every=2)
+    compactor.poll(first)
+    for _ in range(2):  # two commits by someone else: a compaction is due
+        spark.range(1).write.format("delta").mode("append").save(target)
+    compactor.poll(first)
+    compactor.poll(first)
+    assert compactions() == 0
+    compactor.poll(batch(2))  # the query's next batch: the due compaction runs
+    assert compactions() == 1
+    assert sorted(r["id"] for r in spark.read.format("delta").load(target).collect()) == [
+        0,
+        0,
+        0,
+        0,
+        1,
+        1,
+        2,
+    ]
