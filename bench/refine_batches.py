@@ -5,6 +5,7 @@ the Python call site PySpark 4 records for every DataFrame function call.
     .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare replay
     .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare call-site
     .venv/bin/python bench/refine_batches.py --batches 100 --rows 50 --rounds 2 --compare compaction
+    .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare guard
 
 A continuous pipeline runs many small batches, so their fixed cost, not throughput, sets its
 freshness (bench/README.md, "Where a refine batch's time goes"). `--batches` commits of
@@ -16,8 +17,11 @@ parse built by `transform` for every batch, against `Plan.records` (built once, 
 `call-site`: the session turns the call site off (`spark.python.sql.dataFrameDebugging.enabled`,
 `lakehouse.core.spark`); "on" sets PySpark's cached answer back to what it is without that
 setting. `compaction`: the silver table never compacted, or every 10 commits
-(`storage.compact_every`). Per run: the median of each phase over its batches (the first two
-left out: the stream's start), as `refine_batch` times them; then the medians over the rounds.
+(`storage.compact_every`). `guard`: the quarantine and metrics appends with their exactly-once
+guard (Delta's `txnAppId`/`txnVersion`, whose look-up rebuilds the table's snapshot state) or
+without it, which no setting does: what the guard costs a batch. Per run: the median of each
+phase over its batches (the first two left out: the stream's start), as `refine_batch` times
+them; then the medians over the rounds.
 Needs Kafka (started here if it is not running, and stopped again at the end if it was started
 here)."""
 
@@ -36,7 +40,7 @@ import pyspark.errors.utils as pyspark_errors
 from silver_expectations import SCHEMA, SOURCE, event, rule
 
 from lakehouse.bronze.ingest import IngestOptions, ingest
-from lakehouse.core import kafka
+from lakehouse.core import kafka, tables
 from lakehouse.core.settings import load_settings
 from lakehouse.core.spark import build_session
 from lakehouse.core.specs import SilverTableSettings, SourceSettings
@@ -96,10 +100,27 @@ def compaction(every: int) -> Callable[[], None]:
     return setup
 
 
+APPEND_ONCE = tables.append_once
+
+
+def guarded(on: bool) -> Callable[[], None]:
+    """The quarantine and metrics appends as refine makes them (Delta's transaction look-up,
+    the exactly-once guard), or plain appends: not a setting, the guard's price."""
+
+    def plain(rows: DataFrame, path: str, app_id: str, version: int) -> None:
+        rows.write.format("delta").mode("append").save(path)
+
+    def setup() -> None:
+        tables.append_once = APPEND_ONCE if on else plain
+
+    return setup
+
+
 REPLAYED = Plan.records
 VARIANTS: dict[str, dict[str, Callable[[], None]]] = {
     "call-site": {"call site on": call_site(True), "call site off": call_site(False)},
     "replay": {"parse built per batch": parse(False), "parse replayed": parse(True)},
+    "guard": {"guarded": guarded(True), "unguarded": guarded(False)},
     "compaction": {"never compacted": compaction(0), "compacted every 10": compaction(10)},
 }
 
@@ -140,7 +161,8 @@ def main() -> None:
         default="replay",
         help="call-site: with and without PySpark's call site; replay: each batch's parse "
         "built afresh or replayed (Plan.records); compaction: silver never compacted or "
-        "every 10 commits (storage.compact_every)",
+        "every 10 commits (storage.compact_every); guard: the quarantine and metrics appends "
+        "with and without their exactly-once guard",
     )
     args = parser.parse_args()
 
