@@ -1,7 +1,8 @@
 """One refine micro-batch, idempotent: parse, check every rule in one pass, then commit the
-silver write, the quarantined rows and the metrics, each with the batch's Delta transaction
-(`txnAppId` = job, table and run; `txnVersion` = batch id), so a batch replayed after a crash
-commits nothing twice. A `fail` rule or a `fail` drift policy stops before any commit."""
+silver write with the batch's Delta transaction (`txnAppId` = job, table and run; `txnVersion`
+= batch id), then the quarantined rows and the metrics once for the stream (`once`), so a
+batch replayed after a crash commits nothing twice. A `fail` rule or a `fail` drift policy
+stops before any commit."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from lakehouse.quality.expectations import (
     quarantined,
 )
 from lakehouse.quality.metrics import BatchCounts, metrics_rows
-from lakehouse.silver import nested, resolve, scd1, scd2, shape, toast
+from lakehouse.silver import nested, once, resolve, scd1, scd2, shape, toast
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import ARRIVAL, OP, SEQ, SNAPSHOT_READ, TRUNCATE, TS
 from lakehouse.silver.plan import EVOLVED, Plan, row_columns
@@ -126,7 +127,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             rejected = silver.quarantine_rows(
                 quarantined(evaluated, plan.expectations), plan.name, plan.run_id, batch_id
             )
-            tables.append_once(rejected, plan.quarantine_path, plan.app_id, batch_id)
+            once.append(spark, rejected, plan.quarantine_path, plan, batch_id, "quarantined_at")
             clock.lap("quarantine")
         faults.point("after_quarantine_commit")
         actions = {e.name: e.action for e in plan.expectations}
@@ -141,7 +142,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             "rescue" if plan.kind == "events" else "quarantine",
             stats.undeclared,
         )
-        tables.append_once(metrics, plan.metrics_path, plan.app_id, batch_id)
+        once.append(spark, metrics, plan.metrics_path, plan, batch_id, "at")
         clock.lap("metrics")
         faults.point("after_metrics_commit")
         # Once the batch is whole: a compaction is maintenance, not part of the batch.

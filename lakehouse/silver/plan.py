@@ -26,6 +26,7 @@ from lakehouse.silver import cdc, decode, scd1, scd2, shape
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import OP, SEQ, TS
 from lakehouse.silver.insert_delete import insert_delete_changes
+from lakehouse.silver.once import FirstBatch
 from lakehouse.silver.transform import ParsedSchema
 
 if TYPE_CHECKING:
@@ -64,6 +65,9 @@ class Plan:
     # 0 again, so the transaction id must name the checkpoint too, or Delta would skip every
     # batch of the new stream as already committed (empty for replays, which have none).
     stream_id: str = ""
+    # The query's first batch (`once`): the only one that may be a replay of a batch tried
+    # before; None where no query's offset log says (every batch keeps Delta's look-up).
+    first_batch: FirstBatch | None = None
     bronze_path: str = ""  # the source's bronze table
     compact_every: int = 0  # `storage.compact_every`
     # `records`' transform, with the schema it parses with (which evolves).

@@ -27,7 +27,7 @@ from lakehouse.core.jobs import base_parser
 from lakehouse.core.settings import Settings, SettingsError
 from lakehouse.core.specs import SilverTableSettings
 from lakehouse.core.streaming import await_query, check_trigger, delta_behind, with_trigger
-from lakehouse.silver import scd1
+from lakehouse.silver import once, scd1
 from lakehouse.silver.batch import BatchStats, refine_batch
 from lakehouse.silver.plan import JOB, check_mode, prepare, silver_path
 
@@ -160,6 +160,8 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         if not plan.stream_id:
             plan.stream_id = stream_id(spark, checkpoint)
+        if plan.first_batch is None:
+            plan.first_batch = once.first_batch(spark, checkpoint, int(batch_id))
         try:
             result.add(int(batch_id), refine_batch(batch, int(batch_id), plan))
         except Exception as exc:

@@ -452,10 +452,17 @@ def test_a_lost_checkpoint_loses_nothing_keyed_and_refuses_to_duplicate_append(
 ) -> None:
     """Delta remembers each transaction id's last batch: a new checkpoint restarts batch ids at
     0, so its batches must not carry the old stream's id, or they would all be skipped as
-    already committed and every change since would be lost."""
+    already committed and every change since would be lost. The new stream's batch 0 records
+    its metrics too: the old stream's batch 0 rows do not pass for them."""
     first: list[object] = [order(1, "paid", 1.0, 1), order(2, "paid", 2.0, 1)]
     source, topic, name, settings = events_pipeline(
-        spark, kafka_up, first, schema=ORDER_SCHEMA, keys=("order_id",), sequence_by="ts"
+        spark,
+        kafka_up,
+        first,
+        schema=ORDER_SCHEMA,
+        keys=("order_id",),
+        sequence_by="ts",
+        expectations=(rule("amount_not_negative", "quarantine", sql="amount >= 0"),),
     )
     run_refine(spark, settings, name)
     fs.delete(spark, settings.storage.path("_checkpoints", "refine_silver", name))
@@ -473,6 +480,13 @@ def test_a_lost_checkpoint_loses_nothing_keyed_and_refuses_to_duplicate_append(
     assert_df_equality(
         current(spark, settings, name), expected, ignore_row_order=True, ignore_nullable=True
     )
+    # Each run one batch 0: the first read two records, the new stream all four again.
+    counted = (
+        metrics(spark, settings, name)
+        .where("rule = 'amount_not_negative'")
+        .select("batch_id", "batch_rows", "passed")
+    )
+    assert sorted(tuple(r) for r in counted.collect()) == [(0, 2, 2), (0, 4, 4)]
 
     appended, settings = with_silver(settings, source, schema=ORDER_SCHEMA, mode="append")
     run_refine(spark, settings, appended)
