@@ -31,16 +31,16 @@ would belong to another image. A key written in both images of an update, with t
 one double, cannot be told.
 
 Limits: a nested value's rescued copy keeps the map's print, as does an object's in a string
-column. Where the digits cannot be told
-(two texts of the same double for one key, or a key the record writes with other JSON escapes
-than Spark's, `\\u0041` for `A`), a declared number column does not decode, a string column
-holds the VARIANT's text (`1.5` for `1.50`), and `_rescued_data` the map's print (the record is
-whole in bronze). A record with a duplicate key has no VARIANT, nor has a column whose name
-holds both quote characters a VARIANT path: their digits are looked up as written only. A
-DOUBLE column looks up only a number outside its range: a `0.0` (`1e-400`), in records with a
-negative exponent, and one past it (`1e400`); and a `0` in a record with a `-0`: where it
-cannot be told, it does not decode. Cutting an image writes a number past a double's range as the
-string "Infinity": the image's VARIANT tells it from a string sent so.
+column. Where the digits cannot be told (two texts of the same double for one key, or a key
+the record writes with other JSON escapes than Spark's, `\\u0041` for `A`), a declared number
+column does not decode, a string column holds the VARIANT's text (`1.5` for `1.50`), and
+`_rescued_data` the map's print (the record is whole in bronze). A record with a duplicate key
+has no VARIANT, nor has a column whose name holds both quote characters a VARIANT path: their
+digits are looked up as written only. A DOUBLE column looks up only a number outside its
+range: a `0.0` (`1e-400`), in records with a negative exponent, and one past it (`1e400`); and
+a `0` in a record with a `-0`: where it cannot be told, it does not decode. Cutting an image
+writes a number past a double's range as the string "Infinity": the image's VARIANT tells it
+from a string sent so.
 """
 
 from __future__ import annotations

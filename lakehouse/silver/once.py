@@ -4,13 +4,13 @@ Delta's transaction look-up on every batch.
 Delta's idempotent write (`tables.append_once`: `txnAppId`/`txnVersion`) asks the table for
 the version the id last committed, which Delta 4.0 answers only by rebuilding the snapshot's
 state; the quarantine and metrics tables are shared by every refine job, so each commit makes
-a new snapshot and every batch rebuilt both: 21% of a small batch (bench/README.md, "what the
-exactly-once guard ... costs"). Yet only a query's first batch can be a replay: Spark re-runs,
-once and first, the batch its offset log holds and its commit log lacks. So the first batch
-looks for its own rows (`committed`: the table, run and batch, written at or after Spark
-planned the batch, which tells them from an earlier stream's rows of the same batch id after a
-lost checkpoint) and every later batch appends plainly. A batch whose stream is unknown (a
-caller outside refine's query) keeps Delta's look-up."""
+a new snapshot and every batch rebuilt both: 21% of a small batch (bench/README.md, "the
+quarantine and metrics appends checked once per query"). Yet only a query's first batch can
+be a replay: Spark re-runs, once and first, the batch its offset log holds and its commit log
+lacks. So the first batch looks for its own rows (`committed`: the table, run and batch,
+written at or after Spark planned the batch, which tells them from an earlier stream's rows
+of the same batch id after a lost checkpoint) and every later batch appends plainly. A batch
+whose stream is unknown (a caller outside refine's query) keeps Delta's look-up."""
 
 from __future__ import annotations
 
