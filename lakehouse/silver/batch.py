@@ -1,8 +1,7 @@
 """One refine micro-batch, idempotent: parse, check every rule in one pass, then commit the
-silver write with the batch's Delta transaction (`txnAppId` = job, table and run; `txnVersion`
-= batch id), then the quarantined rows and the metrics once for the stream (`once`), so a
-batch replayed after a crash commits nothing twice. A `fail` rule or a `fail` drift policy
-stops before any commit."""
+silver write under the batch's Delta transaction id, then its quarantined rows and metrics
+once for the stream (`once`): a batch replayed after a crash commits nothing twice. A `fail`
+rule or a `fail` drift policy stops before any commit."""
 
 from __future__ import annotations
 
