@@ -3,6 +3,8 @@ writes a local directory, HDFS or s3a:// alike. Used for Delta logs and streamin
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,17 +104,28 @@ def require_writable(spark: SparkSession, root: str) -> None:
         ) from None
 
 
+@dataclass(frozen=True)
+class OffsetLogEntry:
+    """One batch's file of a streaming query's offset log (`{checkpoint}/offsets/{batch}`):
+    Spark writes a version line, the batch's metadata (`batchTimestampMs`, the conf), then one
+    JSON line per source (`-` for a source with no offset yet)."""
+
+    metadata: dict[str, Any]
+    sources: list[dict[str, Any] | None]
+
+
+def offset_log(spark: SparkSession, checkpoint: str, batch_id: int) -> OffsetLogEntry:
+    """The offset log entry of `batch_id` in the query of `checkpoint`."""
+    lines = read_text(spark, f"{checkpoint}/offsets/{batch_id}").splitlines()
+    sources = [json.loads(line) if line.startswith("{") else None for line in lines[2:]]
+    return OffsetLogEntry(json.loads(lines[1]), sources)
+
+
 def committed_source_offset(spark: SparkSession, checkpoint: str) -> dict[str, Any] | None:
     """The end offset of a streaming query's source in its last *committed* batch (an
     uncommitted batch is planned again from the same start), as the source wrote it; None
-    before the first commit. Spark's offset log: a version line, a metadata line, then one
-    JSON line per source (the queries here read one)."""
-    import json
-
+    before the first commit (the queries here read one source)."""
     commits = [int(n) for n in list_names(spark, f"{checkpoint}/commits") if n.isdigit()]
     if not commits:
         return None
-    lines = read_text(spark, f"{checkpoint}/offsets/{max(commits)}").splitlines()
-    source_line = next((line for line in lines[2:] if line.startswith("{")), None)
-    offset: dict[str, Any] | None = json.loads(source_line) if source_line else None
-    return offset
+    return next(iter(offset_log(spark, checkpoint, max(commits)).sources), None)

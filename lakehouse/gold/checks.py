@@ -15,7 +15,7 @@ from lakehouse.core.settings import Settings
 from lakehouse.core.specs import GoldTableSettings
 from lakehouse.quality import expectations as rules
 from lakehouse.quality.metrics import BatchCounts, metrics_rows, metrics_schema
-from lakehouse.quality.quarantine import QUARANTINED, quarantine_schema
+from lakehouse.quality.quarantine import QUARANTINED, QUARANTINED_AT, quarantine_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -83,7 +83,7 @@ def record(
         F.lit(f"gold.{name}").alias("table"),
         F.lit(plan.run_id).alias("run_id"),
         F.lit(plan.n).cast("long").alias("batch_id"),
-        F.current_timestamp().alias("quarantined_at"),
+        F.current_timestamp().alias(QUARANTINED_AT),
         F.col(rules.FAILED).alias("failed_rules"),
         F.lit(None).cast("string").alias("parse_error"),
         F.to_json(F.struct(*[named(c) for c in columns])).alias("record"),

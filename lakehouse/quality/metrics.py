@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+# When a batch's metrics were written (a replay of a batch is told from it by this time).
+METRICS_AT = "at"
+
 
 @dataclass(frozen=True)
 class BatchCounts:
@@ -33,7 +36,7 @@ def metrics_schema() -> StructType:
             StructField("table", StringType()),
             StructField("run_id", StringType()),
             StructField("batch_id", LongType()),
-            StructField("at", TimestampType()),
+            StructField(METRICS_AT, TimestampType()),
             StructField("rule", StringType()),
             StructField("action", StringType()),
             StructField("passed", LongType()),
@@ -90,4 +93,5 @@ def metrics_rows(
         )
         for rule, action, passed, failed in per_rule
     ]
-    return spark.createDataFrame(rows, metrics_schema()).withColumn("at", F.current_timestamp())
+    written = spark.createDataFrame(rows, metrics_schema())
+    return written.withColumn(METRICS_AT, F.current_timestamp())

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 # A quarantined row's status: waiting for a repair, applied by a replay, or dropped by a
 # `drop` rule on replay.
 QUARANTINED, REPLAYED, DROPPED = "quarantined", "replayed", "dropped"
+# When a row was quarantined (a replay of a batch is told from it by this time).
+QUARANTINED_AT = "quarantined_at"
 
 
 def quarantine_schema() -> StructType:
@@ -36,7 +38,7 @@ def quarantine_schema() -> StructType:
             StructField("table", StringType()),
             StructField("run_id", StringType()),
             StructField("batch_id", LongType()),
-            StructField("quarantined_at", TimestampType()),
+            StructField(QUARANTINED_AT, TimestampType()),
             StructField("failed_rules", ArrayType(StringType())),
             StructField("parse_error", StringType()),
             StructField("record", StringType()),

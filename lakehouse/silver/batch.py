@@ -24,7 +24,8 @@ from lakehouse.quality.expectations import (
     kept,
     quarantined,
 )
-from lakehouse.quality.metrics import BatchCounts, metrics_rows
+from lakehouse.quality.metrics import METRICS_AT, BatchCounts, metrics_rows
+from lakehouse.quality.quarantine import QUARANTINED_AT
 from lakehouse.silver import nested, once, resolve, scd1, scd2, shape, toast
 from lakehouse.silver import transform as silver
 from lakehouse.silver.changes import ARRIVAL, OP, SEQ, SNAPSHOT_READ, TRUNCATE, TS
@@ -126,7 +127,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             rejected = silver.quarantine_rows(
                 quarantined(evaluated, plan.expectations), plan.name, plan.run_id, batch_id
             )
-            once.append(spark, rejected, plan.quarantine_path, plan, batch_id, "quarantined_at")
+            once.append(spark, rejected, plan.quarantine_path, plan, batch_id, QUARANTINED_AT)
             clock.lap("quarantine")
         faults.point("after_quarantine_commit")
         actions = {e.name: e.action for e in plan.expectations}
@@ -141,7 +142,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             "rescue" if plan.kind == "events" else "quarantine",
             stats.undeclared,
         )
-        once.append(spark, metrics, plan.metrics_path, plan, batch_id, "at")
+        once.append(spark, metrics, plan.metrics_path, plan, batch_id, METRICS_AT)
         clock.lap("metrics")
         faults.point("after_metrics_commit")
         # Once the batch is whole: a compaction is maintenance, not part of the batch.
@@ -150,8 +151,7 @@ def refine_batch(batch: DataFrame, batch_id: int, plan: Plan) -> BatchStats:
             faults.point("after_compaction")  # the checkpoint's commit of the batch comes next
         # The system tables every refine job appends to, each only after a write to it (a due
         # version left alone would try again every batch); another job's conflict skips it.
-        written = [plan.metrics_path] + ([plan.quarantine_path] if stats.quarantined else [])
-        for path in written:
+        for path in [plan.metrics_path] + ([plan.quarantine_path] if stats.quarantined else []):
             compaction.compact_when_due(spark, path, plan.compact_every)
     finally:
         evaluated.unpersist()

@@ -14,7 +14,6 @@ whose stream is unknown (a caller outside refine's query) keeps Delta's look-up.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,9 +36,8 @@ class FirstBatch:
 
 def first_batch(spark: SparkSession, checkpoint: str, batch_id: int) -> FirstBatch:
     """`batch_id` as the first batch of the query of `checkpoint` (from its offset log)."""
-    # The offset log file: a version line, then the batch's metadata, then one line a source.
-    lines = fs.read_text(spark, f"{checkpoint}/offsets/{batch_id}").splitlines()
-    return FirstBatch(batch_id, int(json.loads(lines[1])["batchTimestampMs"]))
+    planned_ms = fs.offset_log(spark, checkpoint, batch_id).metadata["batchTimestampMs"]
+    return FirstBatch(batch_id, int(planned_ms))
 
 
 def append(

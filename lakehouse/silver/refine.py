@@ -158,9 +158,8 @@ def refine(spark: SparkSession, settings: Settings, options: RefineOptions) -> R
     purged_at: list[float] = []
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
-        if not plan.stream_id:
+        if plan.first_batch is None:  # the query's first batch: what its checkpoint says
             plan.stream_id = stream_id(spark, checkpoint)
-        if plan.first_batch is None:
             plan.first_batch = once.first_batch(spark, checkpoint, int(batch_id))
         try:
             result.add(int(batch_id), refine_batch(batch, int(batch_id), plan))

@@ -29,6 +29,7 @@ from lakehouse.quality.expectations import (
     fails_any,
     mask_columns,
 )
+from lakehouse.quality.quarantine import QUARANTINED_AT
 from lakehouse.silver import decode, exact_digits, malformed, nested
 from lakehouse.silver.changes import DELETE, OP, SEQ, TS
 from lakehouse.silver.shape import explode_arrays, flatten
@@ -366,7 +367,7 @@ def quarantine_rows(rejected: DataFrame, table: str, run_id: str, batch_id: int)
         F.lit(table).alias("table"),
         F.lit(run_id).alias("run_id"),
         F.lit(batch_id).cast("long").alias("batch_id"),
-        F.current_timestamp().alias("quarantined_at"),
+        F.current_timestamp().alias(QUARANTINED_AT),
         F.col(FAILED).alias("failed_rules"),
         F.col(ERROR).alias("parse_error"),
         F.to_json(F.struct(*[named(c) for c in record])).alias("record"),
