@@ -18,7 +18,8 @@ written to Spark's `noop` sink, how far each step of a refine batch gets: the ha
 parse, refine's parse (`plan.transform`), plus the rules' evaluation, plus the cache and the
 batch's one aggregation. Needs Kafka (started here if it is not running, and stopped again at
 the end if it was started here). `--amounts large` sends amounts from 1e7 on, which Spark's JSON
-map prints with an exponent (12345012.5 as 1.23450125E7).
+map prints with an exponent (12345012.5 as 1.23450125E7). `--same-promises` adds, in append
+mode, a third job: a hand-written one keeping refine's promises (`same_promises`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchlib import cpu_seconds, jvm_pid, preload
 from bronze_ingest import envelope, envelope_key
+from same_promises import promises_append
 from silver_expectations import MAX_OFFSETS_PER_TRIGGER, PARTITIONS, SCHEMA, SOURCE, event
 
 from lakehouse.bronze.ingest import IngestOptions, ingest
@@ -45,8 +47,6 @@ from lakehouse.core.settings import Settings, load_settings
 from lakehouse.core.spark import build_session
 from lakehouse.core.specs import SilverTableSettings, SourceSettings
 from lakehouse.devstack.kafka import kafka_status, start_kafka, stop_kafka
-from lakehouse.silver import batch as refine_batch
-from lakehouse.silver import plan as silver_plan
 from lakehouse.silver.refine import RefineOptions, refine
 
 if TYPE_CHECKING:
@@ -224,76 +224,6 @@ def hand_scd1(spark: SparkSession, _settings: Settings, bronze: str, work: str) 
     return sum(int(p["numInputRows"]) for p in query.recentProgress)
 
 
-def breakdown(spark: SparkSession, settings: Settings, bronze: str, rounds: int, mode: str) -> None:
-    """Seconds to reach each step of a refine batch (`mode`'s table, no expectations) on the
-    same bronze rows, each written to the `noop` sink; medians of `rounds` after a warm-up.
-    The pieces of the map parse are timed for the events modes only."""
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    table = silver_table(mode)
-    fresh = replace(settings, silver={name: table})
-    path = silver_plan.silver_path(fresh, name)
-    plan = silver_plan.prepare(spark, fresh, name, table, _kind(mode), path)
-    rows = spark.read.format("delta").load(bronze)
-
-    def noop(df: DataFrame) -> None:
-        df.write.format("noop").mode("overwrite").save()
-
-    def evaluated() -> DataFrame:
-        records = silver_plan.transform(rows, plan.table, plan.kind, plan.schema)
-        return plan.evaluated(records)  # as a refine batch does
-
-    def cached_stats() -> None:
-        df = evaluated().persist()
-        try:
-            refine_batch.batch_stats(df, plan.expectations, plan.schema.names)
-            noop(df.select(*[f"`{c}`" for c in silver_plan.row_columns(df)]))
-        finally:
-            df.unpersist()
-
-    from pyspark.sql import functions as F
-
-    from lakehouse.silver import decode
-
-    text = F.col("value").cast("string")
-    as_map = F.from_json(text, "map<string,string>")
-    names = plan.schema.names
-    struct, encodings = plan.schema.struct, plan.schema.encodings
-    hand_parse = cdc_image if mode == "scd1" else parsed
-    steps: dict[str, Callable[[], None]] = {
-        "hand-written parse": lambda: noop(hand_parse(rows)),
-        "  map<string,string> parse": lambda: noop(
-            rows.select(as_map.alias("m")).select(*[F.col("m")[n] for n in names])
-        ),
-        "  VARIANT parse (one field)": lambda: noop(
-            rows.select(F.try_variant_get(F.try_parse_json(text), "$.amount", "string"))
-        ),
-        "  map parse + decoded columns": lambda: noop(
-            rows.select(as_map.alias("m")).select(
-                *decode.decoded_columns(F.col("m"), F.lit(None), struct, encodings)
-            )
-        ),
-    }
-    if mode == "scd1":
-        steps = {"hand-written parse": steps["hand-written parse"]}
-    steps |= {
-        "refine parse (transform)": lambda: noop(
-            silver_plan.transform(rows, plan.table, plan.kind, plan.schema)
-        ),
-        "+ rules evaluated": lambda: noop(evaluated()),
-        "+ cache, one aggregation, rows read back": cached_stats,
-    }
-    times: dict[str, list[float]] = {label: [] for label in steps}
-    for round_no in range(rounds + 1):
-        for label, step in steps.items():
-            t0 = time.perf_counter()
-            step()
-            if round_no:  # round 0 warms up
-                times[label].append(time.perf_counter() - t0)
-    print(f"\nbreakdown of {mode} (static read of bronze, noop sink, medians):")
-    for label, values in times.items():
-        print(f"  {label:<42} {statistics.median(values):6.2f} s")
-
-
 def large_event(i: int) -> dict[str, Any]:
     """Order `i` with its amount from 1e7 on (`-5.0`, a rule's break, stays)."""
     order = event(i)
@@ -308,6 +238,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--modes", default="append,upsert")
     parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument("--same-promises", action="store_true")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--amounts", choices=("plain", "large"), default="plain")
     args = parser.parse_args()
@@ -358,14 +289,16 @@ def main() -> None:
             for m in modes
             for j in ("refine", "hand")
         }
+        if args.same_promises and "append" in modes:
+            jobs[("append", "promises")] = promises_append
         for (mode, _), job in jobs.items():  # warm-up: JIT, class loading, the page cache
-            job(spark, settings, bronzes[_kind(mode)], work)
+            job(spark, settings, bronzes[source_kind(mode)], work)
         for round_no in range(args.rounds):
             for mode in modes:
-                order = ["refine", "hand"] if round_no % 2 == 0 else ["hand", "refine"]
-                for label in order:
+                order = [j for m, j in jobs if m == mode]
+                for label in order if round_no % 2 == 0 else reversed(order):
                     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-                    path = bronzes[_kind(mode)]
+                    path = bronzes[source_kind(mode)]
                     rows = jobs[(mode, label)](spark, settings, path, work)
                     wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
                     record = {
@@ -378,8 +311,10 @@ def main() -> None:
                     results.append(record)
                     print(json.dumps(record))
         if args.breakdown:
+            from refine_breakdown import breakdown
+
             for mode in modes:
-                breakdown(spark, settings, bronzes[_kind(mode)], args.rounds, mode)
+                breakdown(spark, settings, bronzes[source_kind(mode)], args.rounds, mode)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -388,7 +323,7 @@ def main() -> None:
     report(results, modes, args.events)
 
 
-def _kind(mode: str) -> str:
+def source_kind(mode: str) -> str:
     return "cdc" if mode == "scd1" else "events"
 
 
@@ -404,6 +339,11 @@ def report(results: list[dict[str, Any]], modes: list[str], events: int) -> None
         hand, ours = median(mode, "hand", "seconds"), median(mode, "refine", "seconds")
         cpu = median(mode, "hand", "cpu_s") / median(mode, "refine", "cpu_s")
         print(f"{mode:<8} {hand:>14.2f} {ours:>9.2f} {hand / ours:>5.2f}x {cpu:>8.2f}x")
+    if any(r["job"] == "promises" for r in results):
+        same = median("append", "promises", "seconds")
+        ours = median("append", "refine", "seconds")
+        cpu = median("append", "promises", "cpu_s") / median("append", "refine", "cpu_s")
+        print(f"append, same-promises job {same:.2f} s: {same / ours:.2f}x (CPU {cpu:.2f}x)")
 
 
 if __name__ == "__main__":
