@@ -97,7 +97,7 @@ def promises_append(spark: SparkSession, _settings: Settings, bronze: str, work:
     """The job: bronze's change feed from version 0 into a fresh silver table, its quarantine
     and its metrics (`silver_refine.Job`)."""
     from pyspark.sql import functions as F
-    from silver_refine import feed
+    from silver_refine import drain, feed
 
     target = f"{work}/promises_{uuid.uuid4().hex[:10]}"
     app_id = uuid.uuid4().hex
@@ -136,12 +136,4 @@ def promises_append(spark: SparkSession, _settings: Settings, bronze: str, work:
         finally:
             rows.unpersist()
 
-    query = (
-        feed(spark, bronze)
-        .writeStream.foreachBatch(batch_commit)
-        .option("checkpointLocation", f"{target}_checkpoint")
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return sum(int(p["numInputRows"]) for p in query.recentProgress)
+    return drain(feed(spark, bronze), batch_commit, f"{target}_checkpoint")

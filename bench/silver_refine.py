@@ -111,6 +111,18 @@ def feed(spark: SparkSession, bronze: str) -> DataFrame:
     )
 
 
+def drain(source: DataFrame, apply: Callable[[DataFrame, int], None], checkpoint: str) -> int:
+    """`source` through `apply` per micro-batch, available-now: the rows it read."""
+    query = (
+        source.writeStream.foreachBatch(apply)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return sum(int(p["numInputRows"]) for p in query.recentProgress)
+
+
 def hand_append(spark: SparkSession, _settings: Settings, bronze: str, work: str) -> int:
     target = f"{work}/hand_{uuid.uuid4().hex[:10]}"
     query = (
@@ -145,15 +157,7 @@ def hand_upsert(spark: SparkSession, _settings: Settings, bronze: str, work: str
             .execute()
         )
 
-    query = (
-        feed(spark, bronze)
-        .writeStream.foreachBatch(upsert)
-        .option("checkpointLocation", f"{target}_checkpoint")
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return sum(int(p["numInputRows"]) for p in query.recentProgress)
+    return drain(feed(spark, bronze), upsert, f"{target}_checkpoint")
 
 
 def cdc_image(batch: DataFrame) -> DataFrame:
@@ -213,15 +217,7 @@ def hand_scd1(spark: SparkSession, _settings: Settings, bronze: str, work: str) 
             .execute()
         )
 
-    query = (
-        feed(spark, bronze)
-        .writeStream.foreachBatch(apply)
-        .option("checkpointLocation", f"{target}_checkpoint")
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return sum(int(p["numInputRows"]) for p in query.recentProgress)
+    return drain(feed(spark, bronze), apply, f"{target}_checkpoint")
 
 
 def large_event(i: int) -> dict[str, Any]:
