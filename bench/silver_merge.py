@@ -51,6 +51,7 @@ ROW_DDL = (
 KEYS = ("order_id",)
 BASE_TS = 1_767_225_600_000
 STATUSES = ("created", "paid", "shipped", "cancelled")
+GOAL = 1.3  # #23: the largest table's MERGE over the smallest's (was 1.5 before the key filter)
 
 
 # (session, table path, change batch, its row count)
@@ -137,6 +138,7 @@ def upsert_rows(changes: DataFrame) -> DataFrame:
         F.col(SEQ).alias(current.TARGET_SEQ),
         deleted.alias(current.DELETED),
         F.when(deleted, F.current_timestamp()).alias(current.DELETED_AT),
+        F.lit(False).alias(current.SNAPSHOT),
     )
 
 
@@ -164,6 +166,7 @@ def prepare(
             (ids + BASE_TS).alias(current.TARGET_SEQ),
             F.lit(False).alias(current.DELETED),
             F.lit(None).cast("timestamp").alias(current.DELETED_AT),
+            F.lit(False).alias(current.SNAPSHOT),
         )
         .write.format("delta")
         .mode("append")
@@ -374,10 +377,10 @@ def report(
             cpu = median(job, sizes[-1], variant.name, "cpu_s") / median(
                 job, sizes[0], variant.name, "cpu_s"
             )
-            verdict = "met" if ratio <= 1.5 else "NOT met"
+            verdict = "met" if ratio <= GOAL else "NOT met"
             print(
                 f"{variant.name} {job}: {sizes[-1]:,} rows take {ratio:.2f}x the time "
-                f"({cpu:.2f}x the CPU) of {sizes[0]:,} (goal <= 1.5x: {verdict})"
+                f"({cpu:.2f}x the CPU) of {sizes[0]:,} (goal <= {GOAL}x: {verdict})"
             )
     loads = [float(r["load1"]) for r in results]
     print(f"1-min load average during the runs: {min(loads)}-{max(loads)} (2 cores)")
