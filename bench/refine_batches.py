@@ -6,6 +6,7 @@ the Python call site PySpark 4 records for every DataFrame function call.
     .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare call-site
     .venv/bin/python bench/refine_batches.py --batches 100 --rows 50 --rounds 2 --compare compaction
     .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare guard
+    .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare key-filter
 
 A continuous pipeline runs many small batches, so their fixed cost, not throughput, sets its
 freshness (bench/README.md, "Where a refine batch's time goes"). `--batches` commits of
@@ -19,7 +20,9 @@ parse built by `transform` for every batch, against `Plan.records` (built once, 
 setting. `compaction`: the silver table never compacted, or every 10 commits
 (`storage.compact_every`). `guard`: the quarantine and metrics appends each with Delta's
 `txnAppId`/`txnVersion` (whose look-up rebuilds the table's snapshot state: before), or
-checked by the query's first batch and plain after it (`lakehouse.silver.once`: now). Per
+checked by the query's first batch and plain after it (`lakehouse.silver.once`: now).
+`key-filter`: the MERGE with or without its Bloom filter of the batch's keys
+(`scd1.apply_scd1`'s `key_filter_changes`; building it is one Spark job over the batch). Per
 run: the median of each phase over its batches (the first two left out: the stream's start),
 as `refine_batch` times them; then the medians over the rounds.
 Needs Kafka (started here if it is not running, and stopped again at the end if it was started
@@ -28,6 +31,7 @@ here)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import statistics
 import tempfile
@@ -45,7 +49,7 @@ from lakehouse.core.settings import load_settings
 from lakehouse.core.spark import build_session
 from lakehouse.core.specs import SilverTableSettings, SourceSettings
 from lakehouse.devstack.kafka import kafka_status, start_kafka, stop_kafka
-from lakehouse.silver import once
+from lakehouse.silver import once, scd1
 from lakehouse.silver import refine as refine_module
 from lakehouse.silver.batch import BatchStats, refine_batch
 from lakehouse.silver.plan import Plan, transform
@@ -117,12 +121,22 @@ def guarded(every_batch: bool) -> Callable[[], None]:
     return setup
 
 
+def key_filter(on: bool) -> Callable[[], None]:
+    def setup() -> None:
+        off = functools.partial(APPLY_SCD1, key_filter_changes=0)
+        scd1.apply_scd1 = APPLY_SCD1 if on else off
+
+    return setup
+
+
+APPLY_SCD1 = scd1.apply_scd1
 REPLAYED = Plan.records
 VARIANTS: dict[str, dict[str, Callable[[], None]]] = {
     "call-site": {"call site on": call_site(True), "call site off": call_site(False)},
     "replay": {"parse built per batch": parse(False), "parse replayed": parse(True)},
     "guard": {"look-up every batch": guarded(True), "first batch checked": guarded(False)},
     "compaction": {"never compacted": compaction(0), "compacted every 10": compaction(10)},
+    "key-filter": {"key filter": key_filter(True), "no key filter": key_filter(False)},
 }
 
 
@@ -163,7 +177,8 @@ def main() -> None:
         help="call-site: with and without PySpark's call site; replay: each batch's parse "
         "built afresh or replayed (Plan.records); compaction: silver never compacted or "
         "every 10 commits (storage.compact_every); guard: the quarantine and metrics appends "
-        "with Delta's transaction look-up each, or checked by the first batch only",
+        "with Delta's transaction look-up each, or checked by the first batch only; "
+        "key-filter: the MERGE with or without its Bloom filter of the batch's keys",
     )
     args = parser.parse_args()
 

@@ -29,6 +29,7 @@ from lakehouse.silver.changes import (
 )
 
 if TYPE_CHECKING:
+    from delta.tables import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
@@ -43,6 +44,10 @@ BROADCAST_CHANGES = 50_000
 # the commit's operation parameters: at 3% false positives ~7.3 bits per key, so ~45 KB here.
 KEY_FILTER_CHANGES = 50_000
 KEY_FILTER_FPP = 0.03
+# ... into a target of at least this many bytes: below it, shuffling the touched files whole
+# costs less than the filter's own Spark job (~0.1 s, a tenth of a small batch's MERGE), while
+# at 2 MB a 10,000-change batch already gains from it (bench/README.md).
+KEY_FILTER_TARGET_BYTES = 1024 * 1024
 
 
 def scd1_schema(columns: StructType) -> StructType:
@@ -68,12 +73,14 @@ def apply_scd1(
     rows: int | None = None,
     key_filter_changes: int = KEY_FILTER_CHANGES,
     snapshot_reads: bool = True,
+    key_filter_bytes: int = KEY_FILTER_TARGET_BYTES,
 ) -> None:
     """MERGE one batch of changes into the SCD1 target. Each key moves only forward in `_lh_seq`,
     so applying batches in any order, or twice, ends in the same state. A batch of at most
     `broadcast_changes` rows is broadcast to the MERGE's joins (0: never); one of at most
     `key_filter_changes` rows also narrows the MERGE's target scans with a Bloom filter of its
-    keys (0: never; see `_might_contain_keys`). `rows`, when the caller already knows it, is at
+    keys (0: never; see `_might_contain_keys`) if the target holds at least `key_filter_bytes`
+    (0: whatever its size). `rows`, when the caller already knows it, is at
     least the number of changes (saves counting them). `snapshot_reads` False: the caller
     knows the batch holds none (saves placing them, `snapshot_position`).
 
@@ -98,7 +105,7 @@ def apply_scd1(
     on = F.expr(" AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys))
     types = {f.name.lower(): f.dataType for f in target.toDF().schema.fields}
     key_types = {k: types[k.lower()] for k in keys}  # Spark resolves names case-insensitively
-    if rows <= key_filter_changes:
+    if rows <= key_filter_changes and _holds(target, key_filter_bytes):
         on = on & _might_contain_keys(spark, changes, keys, key_types, rows)
     after_snapshot = f"(t.{SNAPSHOT} AND s.{OP} <> '{SNAPSHOT_READ}')"
     newer = f"(s.{SEQ} > t.{TARGET_SEQ} OR {after_snapshot})"
@@ -149,6 +156,15 @@ def _broadcastable(spark: SparkSession, limit: int, rows: int) -> bool:
     if limit <= 0 or str(spark.conf.get("spark.sql.autoBroadcastJoinThreshold")) == "-1":
         return False
     return rows <= limit
+
+
+def _holds(target: DeltaTable, size_in_bytes: int) -> bool:
+    """Whether the target holds at least `size_in_bytes`, as its snapshot records it. Computing
+    the snapshot's state costs the MERGE nothing more: it reads that snapshot's files next."""
+    if size_in_bytes <= 0:
+        return True
+    detail = target.detail().select("sizeInBytes").first()
+    return detail is not None and int(detail[0]) >= size_in_bytes
 
 
 def _might_contain_keys(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+import shutil
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
@@ -117,7 +119,8 @@ def test_key_filter_matches_keys_typed_unlike_the_target_nulls_and_negative_zero
     second = [(-0.0, "eu", "A", "u", 4), (1.0, None, "B", "u", 5), (3.0, "us", "d", "c", 6)]
     for id_type, batch in (("double", first), ("float", second)):
         ddl = f"id {id_type}, region string, name string, {OP} string, {SEQ} long"
-        apply_scd1(spark, path, spark.createDataFrame(batch, ddl), keys)
+        # The filter whatever the target's size (by default a small target goes without).
+        apply_scd1(spark, path, spark.createDataFrame(batch, ddl), keys, key_filter_bytes=0)
 
     last = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()[0]
     predicate = last["operationParameters"]["predicate"]
@@ -126,6 +129,34 @@ def test_key_filter_matches_keys_typed_unlike_the_target_nulls_and_negative_zero
         [(0.0, "eu", "A"), (1.0, None, "B"), (2.0, "us", "c"), (3.0, "us", "d")], columns
     )
     assert_df_equality(live(spark, path), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_the_key_filter_is_built_only_for_a_target_of_at_least_its_size(
+    spark: SparkSession, settings: Settings
+) -> None:
+    """Below `key_filter_bytes` the MERGE goes without the Bloom filter (shuffling a small
+    target costs less than building it); from that size on it has it. The target's size here is
+    its data files' on disk: one append, so every file in the directory is live."""
+    path = new_target(spark, settings)
+    apply(spark, path, [(1, "ada", "london", "c", 1), (2, "alan", "wilmslow", "c", 2)])
+    size = sum(f.stat().st_size for f in Path(path).glob("*.parquet"))
+    batch = spark.createDataFrame(
+        [(1, "ada l", "paris", "u", 3), (3, "grace", "ny", "c", 4)], CHANGES
+    )
+    expected = spark.createDataFrame(
+        [(1, "ada l", "paris"), (2, "alan", "wilmslow"), (3, "grace", "ny")], COLUMNS
+    )
+    filtered: list[bool] = []
+    for limit in (size + 1, size):
+        target = f"{path}_{limit}"
+        shutil.copytree(path, target)
+        apply_scd1(spark, target, batch, ["id"], key_filter_bytes=limit)
+        last = spark.sql(f"DESCRIBE HISTORY delta.`{target}` LIMIT 1").collect()[0]
+        filtered.append("might_contain" in last["operationParameters"]["predicate"])
+        assert_df_equality(
+            live(spark, target), expected, ignore_row_order=True, ignore_nullable=True
+        )
+    assert filtered == [False, True]
 
 
 def test_tombstones_are_purged_only_after_retention(
