@@ -138,6 +138,11 @@ def properties(spark: SparkSession, path: str) -> dict[str, str]:
     return dict(_detail(spark, path)["properties"] or {})
 
 
+def size_in_bytes(spark: SparkSession, path: str) -> int:
+    """The table's data files' size, as its current snapshot records them."""
+    return int(_detail(spark, path)["sizeInBytes"])
+
+
 def set_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> int:
     """Set table properties (any text: each is a SQL string literal, escaped); returns the
     version of that commit."""

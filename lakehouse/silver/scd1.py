@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from lakehouse.core import tables
 from lakehouse.core.columns import named
 from lakehouse.core.current import DELETED, DELETED_AT, SNAPSHOT, TARGET_SEQ
 from lakehouse.core.spark import java_class
@@ -29,7 +30,6 @@ from lakehouse.silver.changes import (
 )
 
 if TYPE_CHECKING:
-    from delta.tables import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
@@ -105,7 +105,7 @@ def apply_scd1(
     on = F.expr(" AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys))
     types = {f.name.lower(): f.dataType for f in target.toDF().schema.fields}
     key_types = {k: types[k.lower()] for k in keys}  # Spark resolves names case-insensitively
-    if rows <= key_filter_changes and _holds(target, key_filter_bytes):
+    if rows <= key_filter_changes and _holds(spark, target_path, key_filter_bytes):
         on = on & _might_contain_keys(spark, changes, keys, key_types, rows)
     after_snapshot = f"(t.{SNAPSHOT} AND s.{OP} <> '{SNAPSHOT_READ}')"
     newer = f"(s.{SEQ} > t.{TARGET_SEQ} OR {after_snapshot})"
@@ -158,13 +158,10 @@ def _broadcastable(spark: SparkSession, limit: int, rows: int) -> bool:
     return rows <= limit
 
 
-def _holds(target: DeltaTable, size_in_bytes: int) -> bool:
-    """Whether the target holds at least `size_in_bytes`, as its snapshot records it. Computing
-    the snapshot's state costs the MERGE nothing more: it reads that snapshot's files next."""
-    if size_in_bytes <= 0:
-        return True
-    detail = target.detail().select("sizeInBytes").first()
-    return detail is not None and int(detail[0]) >= size_in_bytes
+def _holds(spark: SparkSession, target_path: str, size_in_bytes: int) -> bool:
+    """Whether the target holds at least `size_in_bytes`. Computing its snapshot's state for
+    this costs the MERGE nothing more: it reads that snapshot's files next."""
+    return size_in_bytes <= 0 or tables.size_in_bytes(spark, target_path) >= size_in_bytes
 
 
 def _might_contain_keys(
