@@ -292,6 +292,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="length of each step")
     parser.add_argument("--pg-rate", type=float, default=5.0, help="PostgreSQL inserts a second")
     parser.add_argument("--interval", default="2 seconds", help="the streams' trigger interval")
+    parser.add_argument(
+        "--ingest-interval", help="the ingest streams' trigger interval (default: --interval)"
+    )
     parser.add_argument("--gold-interval", default="5s", help="build_gold's interval")
     parser.add_argument("--move-interval", default="1m", help="realtime_to_offline's interval")
     parser.add_argument(
@@ -317,7 +320,8 @@ def main() -> None:
         names = Names(uuid.uuid4().hex[:8])
         topic = f"fresh-{names.tag}"
         kafka.ensure_topic(base.kafka, topic, partitions=2)
-        conf_dict = pipeline_conf(names, topic, table.topic, args.interval, args.gold_interval)
+        ingest_every = args.ingest_interval or args.interval
+        conf_dict = pipeline_conf(names, topic, table.topic, ingest_every, args.gold_interval)
         conf = conf_overlay(work, conf_dict)
         settings = load_settings("test", conf, {"storage.root": str(work / "lake")})
         jobs = pipeline_jobs(names, work / "logs", args.interval, args.move_interval)
