@@ -19,6 +19,8 @@ FORMATS = {"events": ("json", "insert_delete"), "cdc": ("debezium",)}
 # Debezium's modes and the encodings a silver column may declare (`lakehouse.silver.decode`).
 DECIMAL_HANDLING_MODES = ("precise", "string", "double")
 TIME_PRECISION_MODES = ("adaptive", "adaptive_time_microseconds", "connect")
+# What a silver table does with a PostgreSQL infinite date or timestamp.
+INFINITE_TIMES = ("quarantine", "clamp")
 ENCODINGS = (
     *("iso", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns", "epoch_days", "text", "base64"),
     *("time_ms", "time_us", "time_ns"),
@@ -166,6 +168,10 @@ class SilverTableSettings:
     # Column -> how its values are encoded: TIMESTAMP iso|epoch_s|epoch_ms|epoch_us|epoch_ns,
     # DATE iso|epoch_days, DECIMAL text|base64 (defaults: `lakehouse.silver.decode`).
     encodings: dict[str, str] = field(default_factory=dict)
+    # A PostgreSQL `infinity` / `-infinity` date or timestamp (as Debezium sends it): quarantine
+    # (no Spark value is infinite), or clamp (stored as 9999-12-31 23:59:59.999999 / 0001-01-01,
+    # Spark's own JDBC reader's choice) for tables that use it as an open end.
+    infinite_times: str = "quarantine"
     expectations: tuple[ExpectationSettings, ...] = ()
     # Table-level Great Expectations checks run only by `lakehouse validate` (row count,
     # key uniqueness, ...), on top of `expectations`.
@@ -192,6 +198,11 @@ class SilverTableSettings:
             )
         if self.tombstone_retention_hours < 0:
             raise ValueError("'tombstone_retention_hours' must be >= 0")
+        if self.infinite_times not in INFINITE_TIMES:
+            raise ValueError(
+                f"'infinite_times' must be one of {', '.join(INFINITE_TIMES)}, "
+                f"got {self.infinite_times!r}"
+            )
         for column, encoding in self.encodings.items():
             if encoding not in ENCODINGS:
                 raise ValueError(

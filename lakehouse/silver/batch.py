@@ -374,9 +374,7 @@ def _evolve(spark: SparkSession, plan: Plan, evaluated: DataFrame, unknown: froz
     ddl = tables.columns_ddl(evolved)
     tables.set_properties(spark, plan.path, {EVOLVED: ddl})
     log.warning("silver.%s: schema evolved, added %s", plan.name, [f.name for f in new_fields])
-    plan.schema = silver.parse_schema(
-        plan.table.schema, ddl, plan.schema.encodings, plan.schema.nested_encodings
-    )
+    plan.schema = plan.schema.evolved(plan.table.schema, ddl)
     return True
 
 

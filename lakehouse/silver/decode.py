@@ -149,9 +149,12 @@ def default_encodings(
     return out
 
 
-def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | None:
+def decode(
+    text: Column, data_type: DataType, encoding: str = "", clamp_infinite: bool = False
+) -> Column | None:
     """`text` (a field's JSON text, null when absent) as `data_type`; null when it does not
-    decode. None when the type keeps Spark's JSON reading."""
+    decode. None when the type keeps Spark's JSON reading. `clamp_infinite`: a PostgreSQL
+    infinite date or timestamp decodes to Spark's latest or earliest (`temporal.infinite`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DecimalType
 
@@ -195,9 +198,13 @@ def decode(text: Column, data_type: DataType, encoding: str = "") -> Column | No
         # lambda on every row (bench/README, silver throughput).
         return _decimal_of(t, data_type)
     if kind == "date":
-        return temporal.date(t, encoding)
+        day = temporal.date(t, encoding)
+        return F.coalesce(day, temporal.infinite(t, kind)) if clamp_infinite else day
     if kind == "timestamp":
-        return temporal.timestamp(t, encoding).cast(data_type)
+        at = temporal.timestamp(t, encoding)
+        return (F.coalesce(at, temporal.infinite(t, kind)) if clamp_infinite else at).cast(
+            data_type
+        )
     return None
 
 
@@ -257,10 +264,11 @@ def decoded_columns(
     encodings: Mapping[str, str],
     texts: Mapping[str, Column] | None = None,
     nested: Mapping[str, Column] | None = None,
+    clamp_infinite: bool = False,
 ) -> list[Column]:
     """Each top-level field decoded, aliased to its name; its text from `raw`, or from
     `texts` where given (the exact digits of a JSON number); a `nested` column's value as
-    given (`lakehouse.silver.nested`)."""
+    given (`lakehouse.silver.nested`). `clamp_infinite`: see `decode`."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType
 
@@ -269,7 +277,7 @@ def decoded_columns(
         text = (texts or {}).get(f.name, raw[f.name])
         value = (nested or {}).get(f.name)
         if value is None:
-            value = decode(text, f.dataType, encodings.get(f.name, ""))
+            value = decode(text, f.dataType, encodings.get(f.name, ""), clamp_infinite)
         if value is None and isinstance(f.dataType, BinaryType):
             # Spark's reading takes only a JSON string, but joins `aGk=aGk=`: padded only.
             value = F.when(precise.is_base64(text), parsed[f.name])

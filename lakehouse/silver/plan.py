@@ -161,6 +161,7 @@ def prepare(
         decode.kind_encodings(
             source.kind, source.decimal_handling_mode, source.time_precision_mode
         ),
+        clamp_infinite=table.infinite_times == "clamp",
     )
     metrics_path = system.path(settings, system.METRICS)
     quarantine_path = system.path(settings, system.QUARANTINE)

@@ -53,6 +53,37 @@ def timestamp(t: Column, encoding: str) -> Column:
     return F.coalesce(iso, epoch)
 
 
+# PostgreSQL's `infinity` and `-infinity` as Debezium 3.7 sends them, in any time precision
+# mode (probed through the real connector): the word (ZonedTimestamp, a `timestamptz`), the
+# extreme long (MicroTimestamp), pgjdbc's DATE_POSITIVE/NEGATIVE_INFINITY milliseconds
+# (Timestamp: a `timestamp(0-3)`, or any under `connect`), and for a `date` its own day counts.
+# None is a real value in any unit: each lies far past what PostgreSQL can store.
+_INFINITE = {
+    "timestamp": (
+        ("infinity", "+infinity", "9223372036854775807", "9223372036825200000"),
+        ("-infinity", "-9223372036854775808", "-9223372036832400000"),
+    ),
+    "date": (("infinity", "+infinity", "2146033979"), ("-infinity", "-2147472691")),
+}
+# Where they are clamped to: Spark's latest and earliest values (its own JDBC reader's choice
+# for PostgreSQL's infinities), read in the session's zone, UTC.
+_EXTREMES = {
+    "timestamp": ("9999-12-31 23:59:59.999999", "0001-01-01 00:00:00"),
+    "date": ("9999-12-31", "0001-01-01"),
+}
+
+
+def infinite(t: Column, kind: str) -> Column:
+    """A `kind` (date or timestamp) text that is PostgreSQL's `infinity` -> Spark's latest
+    value, `-infinity` -> its earliest; null for any other text."""
+    from pyspark.sql import functions as F
+
+    later, earlier = _INFINITE[kind]
+    latest, earliest = (F.lit(v).cast(kind) for v in _EXTREMES[kind])
+    word = F.lower(t)
+    return F.when(word.isin(*later), latest).when(word.isin(*earlier), earliest)
+
+
 def _epoch_seconds(t: Column) -> Column:
     """Epoch seconds as written -> a DECIMAL(20,6) floored to the microsecond, as every other
     unit is (a cast rounds half up: `.1234569` became a microsecond later than written)."""

@@ -101,10 +101,18 @@ class ParsedSchema:
     nested_encodings: Mapping[str, str] = field(
         default_factory=lambda: decode.kind_encodings("events")
     )
+    # A top-level date or timestamp's PostgreSQL infinity clamped (`infinite_times: clamp`).
+    clamp_infinite: bool = False
 
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.struct.fields]
+
+    def evolved(self, declared_ddl: str, evolved_ddl: str) -> ParsedSchema:
+        """This schema with the evolved fields of `evolved_ddl`, decoded as before."""
+        return parse_schema(
+            declared_ddl, evolved_ddl, self.encodings, self.nested_encodings, self.clamp_infinite
+        )
 
 
 def parse_schema(
@@ -112,6 +120,7 @@ def parse_schema(
     evolved_ddl: str = "",
     encodings: Mapping[str, str] | None = None,
     nested_encodings: Mapping[str, str] | None = None,
+    clamp_infinite: bool = False,
 ) -> ParsedSchema:
     """`encodings`: column -> encoding for every column that has one (see
     `decode.default_encodings`); empty: the events defaults. `nested_encodings`: kind ->
@@ -132,6 +141,7 @@ def parse_schema(
         struct,
         {**decode.default_encodings(struct, "events"), **(encodings or {})},
         dict(nested_encodings or decode.kind_encodings("events")),
+        clamp_infinite,
     )
 
 
@@ -214,7 +224,13 @@ def parse_records(
     )
     nested_values = {n: nested.value_of(F.col(c)) for n, c in pair_names.items()}
     values = decode.decoded_columns(
-        raw_col, parsed_col, schema.struct, schema.encodings, texts, nested_values
+        raw_col,
+        parsed_col,
+        schema.struct,
+        schema.encodings,
+        texts,
+        nested_values,
+        schema.clamp_infinite,
     )
     unknown = F.array_except(F.map_keys(raw_col), declared)
     if metadata_prefix:

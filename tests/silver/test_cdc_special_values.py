@@ -3,16 +3,19 @@ an infinite `timestamp`, `timestamptz` or `date` (sent as the extreme count or t
 `infinity`) has no Spark value, so its change is quarantined naming the column; a `real` or
 `double precision` NaN/Infinity is stored as such; a `numeric` NaN reaches Kafka as null in
 `precise` mode (Debezium's documented loss: only `string` or `double` mode keeps it), so silver
-can only store NULL. This pins what the README promises for these values; a connector that
-changed how it sends them would fail here."""
+can only store NULL. A table with `infinite_times: clamp` stores the infinities as Spark's
+latest and earliest values instead (a `timestamp(3)`, sent as pgjdbc's infinity milliseconds,
+too). This pins what the README promises for these values; a connector that changed how it
+sends them would fail here."""
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date
 from decimal import Decimal
 
 from chispa import assert_df_equality
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from lakehouse.core.settings import Settings
 from tests.bronze.helpers import run_ingest, wait_for_records
@@ -21,27 +24,39 @@ from tests.silver.helpers import current, debezium_table, quarantine, run_refine
 
 COLUMNS = (
     "id int PRIMARY KEY, day date, at timestamp, at_tz timestamptz, r real, "
-    "d double precision, amount numeric(12,2)"
+    "d double precision, amount numeric(12,2), at3 timestamp(3)"
 )
-SCHEMA = "id INT, day DATE, at TIMESTAMP, at_tz TIMESTAMP, r FLOAT, d DOUBLE, amount DECIMAL(12,2)"
+SCHEMA = (
+    "id INT, day DATE, at TIMESTAMP, at_tz TIMESTAMP, r FLOAT, d DOUBLE, amount DECIMAL(12,2), "
+    "at3 TIMESTAMP"
+)
 ORDINARY = "'2024-01-05', '2024-01-05 10:00:00', '2024-01-05 10:00:00+00'"
-# One special value per row, so each row's fate names one behaviour (offsets 0-5, in order).
+AT3 = "'2024-01-05 10:00:00'"
+# One special value per row, so each row's fate names one behaviour (offsets 0-6, in order).
 ROWS = [
-    "(1, '2024-01-05', 'infinity', '2024-01-05 10:00:00+00', 1, 1, 1)",
-    "(2, '2024-01-05', '2024-01-05 10:00:00', '-infinity', 1, 1, 1)",
-    "(3, 'infinity', '2024-01-05 10:00:00', '2024-01-05 10:00:00+00', 1, 1, 1)",
-    f"(4, {ORDINARY}, 'NaN', '-Infinity', 1)",
-    f"(5, {ORDINARY}, '-Infinity', 'Infinity', 'NaN')",
-    f"(6, {ORDINARY}, 1.5, 2.5, 12.34)",
+    f"(1, '2024-01-05', 'infinity', '2024-01-05 10:00:00+00', 1, 1, 1, {AT3})",
+    f"(2, '2024-01-05', '2024-01-05 10:00:00', '-infinity', 1, 1, 1, {AT3})",
+    f"(3, 'infinity', '2024-01-05 10:00:00', '2024-01-05 10:00:00+00', 1, 1, 1, {AT3})",
+    f"(4, {ORDINARY}, 'NaN', '-Infinity', 1, {AT3})",
+    f"(5, {ORDINARY}, '-Infinity', 'Infinity', 'NaN', {AT3})",
+    f"(6, {ORDINARY}, 1.5, 2.5, 12.34, {AT3})",
+    f"(7, {ORDINARY}, 1, 1, 1, '-infinity')",
 ]
 
 
-def test_infinite_times_are_quarantined_float_specials_stored_and_numeric_nan_arrives_null(
+def test_infinite_times_are_quarantined_or_clamped_float_specials_stored_numeric_nan_null(
     spark: SparkSession, kafka_up: Settings
 ) -> None:
     with debezium_table(kafka_up, ["CREATE TABLE public.{table} (" + COLUMNS + ")"]) as pg:
         settings = pg.settings
-        name, settings = with_silver(settings, pg.source, mode="scd1", schema=SCHEMA, keys=("id",))
+        table = {
+            "mode": "scd1",
+            "schema": SCHEMA,
+            "keys": ("id",),
+            "encodings": {"at3": "epoch_ms"},
+        }
+        name, settings = with_silver(settings, pg.source, **table)
+        clamped, settings = with_silver(settings, pg.source, infinite_times="clamp", **table)
         with pg_connect(settings) as conn:
             conn.execute(f"INSERT INTO public.{pg.table} VALUES {', '.join(ROWS)}")
         wait_for_records(settings, pg.topic, len(ROWS))
@@ -56,22 +71,47 @@ def test_infinite_times_are_quarantined_float_specials_stored_and_numeric_nan_ar
             (0, "undecodable: at"),
             (1, "undecodable: at_tz"),
             (2, "undecodable: day"),
+            (6, "undecodable: at3"),
         ]
-        assert (result.rows_in, result.rows_quarantined) == (6, 3)
-        day, at = date(2024, 1, 5), datetime(2024, 1, 5, 10, 0)
-        inf, nan = float("inf"), float("nan")
-        expected = spark.createDataFrame(
-            [
-                (4, day, at, at, nan, -inf, Decimal("1.00")),
-                (5, day, at, at, -inf, inf, None),
-                (6, day, at, at, 1.5, 2.5, Decimal("12.34")),
-            ],
-            SCHEMA,
-        )
-        assert_df_equality(
-            current(spark, settings, name).drop("_rescued_data"),
-            expected,
-            ignore_row_order=True,
-            ignore_nullable=True,
-            allow_nan_equality=True,
-        )
+        assert (result.rows_in, result.rows_quarantined) == (7, 4)
+        day, at = date(2024, 1, 5), "2024-01-05 10:00:00"
+        one, inf, nan = Decimal("1.00"), float("inf"), float("nan")
+        kept: list[tuple[object, ...]] = [
+            (4, day, at, at, nan, -inf, one, at),
+            (5, day, at, at, -inf, inf, None, at),
+            (6, day, at, at, 1.5, 2.5, Decimal("12.34"), at),
+        ]
+        same(stored(spark, settings, name), rows(spark, kept))
+
+        result = run_refine(spark, settings, clamped)
+
+        assert (result.rows_in, result.rows_quarantined) == (7, 0)
+        latest, earliest = "9999-12-31 23:59:59.999999", "0001-01-01 00:00:00"
+        clamped_rows: list[tuple[object, ...]] = [
+            (1, day, latest, at, 1.0, 1.0, one, at),
+            (2, day, at, earliest, 1.0, 1.0, one, at),
+            (3, date(9999, 12, 31), at, at, 1.0, 1.0, one, at),
+            (7, day, at, at, 1.0, 1.0, one, earliest),
+        ]
+        expected = rows(spark, kept + clamped_rows)
+        same(stored(spark, settings, clamped), expected)
+
+
+def same(actual: DataFrame, expected: DataFrame) -> None:
+    assert_df_equality(
+        actual, expected, ignore_row_order=True, ignore_nullable=True, allow_nan_equality=True
+    )
+
+
+# The timestamps as text (UTC): PySpark cannot collect 0001-01-01 00:00 of a TIMESTAMP.
+TEXT_SCHEMA = SCHEMA.replace("TIMESTAMP", "STRING")
+TIMES = ("at", "at_tz", "at3")
+
+
+def rows(spark: SparkSession, data: list[tuple[object, ...]]) -> DataFrame:
+    return spark.createDataFrame(data, TEXT_SCHEMA)
+
+
+def stored(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
+    table = current(spark, settings, name).drop("_rescued_data")
+    return table.select(*[F.col(c).cast("string") if c in TIMES else c for c in table.columns])
