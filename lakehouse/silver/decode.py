@@ -113,14 +113,22 @@ def column_allows(data_type: DataType) -> tuple[str, ...]:
     return tuple(dict.fromkeys(e for k in kinds(data_type) for e in allowed(k)))
 
 
-def leaf_encodings(by_kind: Mapping[str, str], declared: str) -> dict[str, str]:
+# Beside the kinds, how a nested leaf is read: CALENDAR: HYBRID, an epoch count's date is in
+# Java's calendar (Julian before 1582-10-15: a Debezium `timestamp[]`'s elements), and
+# INFINITE: CLAMP, PostgreSQL's infinities clamped (`infinite_times: clamp`).
+CALENDAR, HYBRID, INFINITE, CLAMP = "calendar", "hybrid", "infinite", "clamp"
+
+
+def leaf_encodings(
+    by_kind: Mapping[str, str], declared: str, clamp_infinite: bool = False
+) -> dict[str, str]:
     """A nested column's leaf encodings: `by_kind` (its source's defaults), with `declared`
     (the column's own, if any) for every kind that takes it."""
     out = dict(by_kind)
     for kind in ("timestamp", "date", "decimal", "string"):
         if declared and declared in allowed(kind):
             out[kind] = declared
-    return out
+    return {**out, INFINITE: CLAMP} if clamp_infinite else out
 
 
 def kind_encodings(
@@ -129,11 +137,12 @@ def kind_encodings(
     """The encoding each kind that takes one defaults to for a source of `source_kind` (a
     nested leaf always takes it)."""
     cdc = source_kind == "cdc"
-    return {
+    out = {
         "timestamp": ("epoch_ms" if time_mode == "connect" else "epoch_us") if cdc else "iso",
         "date": "epoch_days" if cdc else "iso",
         "decimal": "base64" if cdc and decimal_mode == "precise" else "text",
     }
+    return {**out, CALENDAR: HYBRID} if cdc else out
 
 
 def default_encodings(
@@ -199,13 +208,20 @@ def decode(
         return _decimal_of(t, data_type)
     if kind == "date":
         day = temporal.date(t, encoding)
-        return F.coalesce(day, temporal.infinite(t, kind)) if clamp_infinite else day
+        return clamped(day, text, data_type) if clamp_infinite else day
     if kind == "timestamp":
-        at = temporal.timestamp(t, encoding)
-        return (F.coalesce(at, temporal.infinite(t, kind)) if clamp_infinite else at).cast(
-            data_type
-        )
+        at = temporal.timestamp(t, encoding).cast(data_type)
+        return clamped(at, text, data_type) if clamp_infinite else at
     return None
+
+
+def clamped(value: Column, text: Column, data_type: DataType) -> Column:
+    """A date or timestamp `value` decoded from `text`, or when it did not decode and the text
+    is PostgreSQL's infinity, Spark's latest or earliest value (`temporal.infinite`)."""
+    from pyspark.sql import functions as F
+
+    infinite = temporal.infinite(F.trim(text), kind_of(data_type) or "")
+    return F.coalesce(value, infinite.cast(data_type))
 
 
 def _decimal_of(t: Column, data_type: DecimalType) -> Column:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakehouse.silver import decode, precise
+from lakehouse.core import instants
+from lakehouse.silver import decode, precise, temporal
 from lakehouse.silver.exact_digits import variant_path
 
 if TYPE_CHECKING:
@@ -179,4 +180,20 @@ def _leaf(v: Column, data_type: DataType, enc: Mapping[str, str]) -> Column:
         leaf_text = F.when(~composite & ~double, text)
     value = decode.decode(leaf_text, data_type, encoding)
     assert value is not None, "supported() refuses leaves without a decoder"
+    # Debezium's `timestamp[]` elements: counts in Java's calendar (the ISO texts of a
+    # `timestamptz[]` are not).
+    unit = {"epoch_ms": "ms", "epoch_us": "us"}.get(encoding) if kind == "timestamp" else None
+    if unit and enc.get(decode.CALENDAR) == decode.HYBRID:
+        hybrid = _gregorian(leaf_text, unit, data_type)
+        value = F.when(leaf_text.rlike(precise.INTEGER), hybrid).otherwise(value)
+    if kind in ("date", "timestamp") and enc.get(decode.INFINITE) == decode.CLAMP:
+        value = decode.clamped(value, leaf_text, data_type)
     return value
+
+
+def _gregorian(count: Column, unit: str, data_type: DataType) -> Column:
+    """An epoch count in Java's calendar (`temporal.gregorian_micros`) as a timestamp."""
+    from pyspark.sql import functions as F
+
+    micros = F.try_multiply(count.try_cast("long"), F.lit(instants.MICROS_PER[unit]))
+    return instants.epoch_timestamp(temporal.gregorian_micros(micros), "us").cast(data_type)

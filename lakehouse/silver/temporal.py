@@ -54,17 +54,23 @@ def timestamp(t: Column, encoding: str) -> Column:
 
 
 # PostgreSQL's `infinity` and `-infinity` as Debezium 3.7 sends them, in any time precision
-# mode (probed through the real connector): the word (ZonedTimestamp, a `timestamptz`), the
-# extreme long (MicroTimestamp), pgjdbc's DATE_POSITIVE/NEGATIVE_INFINITY milliseconds
-# (Timestamp: a `timestamp(0-3)`, or any under `connect`), and for a `date` its own day counts.
+# mode (probed through the real connector, its JVM in UTC): the word (ZonedTimestamp, a
+# `timestamptz`), the extreme long (MicroTimestamp), pgjdbc's DATE_POSITIVE/NEGATIVE_INFINITY
+# milliseconds (Timestamp: a `timestamp(0-3)`, or any under `connect`), for a `date` its own day
+# counts; in an array, a `date[]`'s overflowed day counts and a `timestamptz[]`'s `-infinity` as
+# the year 292269055 (pgjdbc's `-infinity` milliseconds printed without their era: `_LOST_ERA`).
 # None is a real value in any unit: each lies far past what PostgreSQL can store.
 _INFINITE = {
     "timestamp": (
         ("infinity", "+infinity", "9223372036854775807", "9223372036825200000"),
         ("-infinity", "-9223372036854775808", "-9223372036832400000"),
     ),
-    "date": (("infinity", "+infinity", "2146033979"), ("-infinity", "-2147472691")),
+    "date": (
+        ("infinity", "+infinity", "2146033979", "-622191234"),
+        ("-infinity", "-2147472691", "-625821272"),
+    ),
 }
+_LOST_ERA = r"^\+292269055-12-02t23:00:00(\.0{1,9})?z$"
 # Where they are clamped to: Spark's latest and earliest values (its own JDBC reader's choice
 # for PostgreSQL's infinities), read in the session's zone, UTC.
 _EXTREMES = {
@@ -81,7 +87,38 @@ def infinite(t: Column, kind: str) -> Column:
     later, earlier = _INFINITE[kind]
     latest, earliest = (F.lit(v).cast(kind) for v in _EXTREMES[kind])
     word = F.lower(t)
-    return F.when(word.isin(*later), latest).when(word.isin(*earlier), earliest)
+    lost_era = word.rlike(_LOST_ERA) if kind == "timestamp" else F.lit(False)
+    return F.when(word.isin(*later), latest).when(word.isin(*earlier) | lost_era, earliest)
+
+
+# 1582-10-15T00:00:00Z, where the Julian calendar gave way to the Gregorian in Java's.
+GREGORIAN_START_MICROS = -12_219_292_800_000_000
+_DAY = 86_400_000_000
+
+
+def gregorian_micros(micros: Column) -> Column:
+    """A count of microseconds since 1970-01-01 in Java's calendar (Julian before 1582-10-15)
+    -> the count of the same date and time in the proleptic Gregorian calendar PostgreSQL and
+    Spark use (the same count from 1582-10-15 on). Debezium sends a `timestamp[]`'s elements
+    through java.sql.Timestamp (probed: 1582-10-04 12:00 arrives ten days late, 0100-03-01 one,
+    0044-03-15 two)."""
+    from pyspark.sql import functions as F
+
+    # From Julian 0001-01-01 (two days before Gregorian's): earlier counts pass unchanged, to
+    # be refused by the range check as every year before 1 is.
+    julian = micros.between(instants.MIN_MICROS - 2 * _DAY, GREGORIAN_START_MICROS - 1)
+    # Null outside: no overflow (an error under ANSI) on an extreme count, however Spark
+    # orders the evaluation.
+    inside = F.when(julian, micros)
+    time = F.pmod(inside, F.lit(_DAY))
+    # Exact: a multiple of a day is a double exactly at these sizes.
+    day = ((inside - time) / F.lit(_DAY)).cast("long")
+    # The Julian year the day falls in, counted from March 1 (so a Julian February 29 ends
+    # it; Richards' algorithm), then how many days the Gregorian calendar ran ahead of the
+    # Julian in it: a day for each century year that is no multiple of 400, less two.
+    year = F.floor((4 * (day + (2_440_588 + 32_082)) + 3) / F.lit(1461)) - 4800
+    ahead = F.floor(year / F.lit(100)) - F.floor(year / F.lit(400)) - 2
+    return F.when(julian, (day - ahead) * _DAY + time).otherwise(micros)
 
 
 def _epoch_seconds(t: Column) -> Column:

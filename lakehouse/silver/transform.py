@@ -101,7 +101,7 @@ class ParsedSchema:
     nested_encodings: Mapping[str, str] = field(
         default_factory=lambda: decode.kind_encodings("events")
     )
-    # A top-level date or timestamp's PostgreSQL infinity clamped (`infinite_times: clamp`).
+    # A date or timestamp's PostgreSQL infinity clamped (`infinite_times: clamp`).
     clamp_infinite: bool = False
 
     @property
@@ -211,7 +211,8 @@ def parse_records(
     pair_names = {n: f"{nested.PAIR}{i}" for i, n in enumerate(nested_names)}
 
     def leaves(name: str) -> dict[str, str]:
-        return decode.leaf_encodings(schema.nested_encodings, schema.encodings.get(name, ""))
+        declared = schema.encodings.get(name, "")
+        return decode.leaf_encodings(schema.nested_encodings, declared, schema.clamp_infinite)
 
     staged = staged.select(
         "*",

@@ -5,8 +5,9 @@ an infinite `timestamp`, `timestamptz` or `date` (sent as the extreme count or t
 `precise` mode (Debezium's documented loss: only `string` or `double` mode keeps it), so silver
 can only store NULL. A table with `infinite_times: clamp` stores the infinities as Spark's
 latest and earliest values instead (a `timestamp(3)`, sent as pgjdbc's infinity milliseconds,
-too). This pins what the README promises for these values; a connector that changed how it
-sends them would fail here."""
+too, and the arrays' own forms, an old `timestamp[]` element read in Java's calendar). This
+pins what the README promises for these values; a connector that changed how it sends them
+would fail here."""
 
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ from tests.silver.helpers import current, debezium_table, quarantine, run_refine
 
 COLUMNS = (
     "id int PRIMARY KEY, day date, at timestamp, at_tz timestamptz, r real, "
-    "d double precision, amount numeric(12,2), at3 timestamp(3)"
+    "d double precision, amount numeric(12,2), at3 timestamp(3), ats timestamp[], days date[], "
+    "at_tzs timestamptz[]"
 )
 SCHEMA = (
     "id INT, day DATE, at TIMESTAMP, at_tz TIMESTAMP, r FLOAT, d DOUBLE, amount DECIMAL(12,2), "
-    "at3 TIMESTAMP"
+    "at3 TIMESTAMP, ats ARRAY<TIMESTAMP>, days ARRAY<DATE>, at_tzs ARRAY<TIMESTAMP>"
 )
 ORDINARY = "'2024-01-05', '2024-01-05 10:00:00', '2024-01-05 10:00:00+00'"
 AT3 = "'2024-01-05 10:00:00'"
@@ -41,6 +43,11 @@ ROWS = [
     f"(5, {ORDINARY}, '-Infinity', 'Infinity', 'NaN', {AT3})",
     f"(6, {ORDINARY}, 1.5, 2.5, 12.34, {AT3})",
     f"(7, {ORDINARY}, 1, 1, 1, '-infinity')",
+    # Arrays send their infinities apart (a `date[]` its own day counts, a `timestamptz[]`'s
+    # -infinity a year 292269055), and their old timestamps in Java's calendar.
+    f"(8, {ORDINARY}, 1, 1, 1, {AT3}, "
+    "ARRAY['infinity', '-infinity', '1582-10-04 12:00']::timestamp[], "
+    "ARRAY['infinity', '-infinity']::date[], ARRAY['infinity', '-infinity']::timestamptz[])",
 ]
 
 
@@ -58,7 +65,8 @@ def test_infinite_times_are_quarantined_or_clamped_float_specials_stored_numeric
         name, settings = with_silver(settings, pg.source, **table)
         clamped, settings = with_silver(settings, pg.source, infinite_times="clamp", **table)
         with pg_connect(settings) as conn:
-            conn.execute(f"INSERT INTO public.{pg.table} VALUES {', '.join(ROWS)}")
+            for row in ROWS:  # the arrays only in the last row
+                conn.execute(f"INSERT INTO public.{pg.table} VALUES {row}")
         wait_for_records(settings, pg.topic, len(ROWS))
         run_ingest(spark, settings, pg.source, kind="cdc")
 
@@ -72,26 +80,34 @@ def test_infinite_times_are_quarantined_or_clamped_float_specials_stored_numeric
             (1, "undecodable: at_tz"),
             (2, "undecodable: day"),
             (6, "undecodable: at3"),
+            (7, "undecodable: ats, days, at_tzs"),
         ]
-        assert (result.rows_in, result.rows_quarantined) == (7, 4)
+        assert (result.rows_in, result.rows_quarantined) == (8, 5)
         day, at = date(2024, 1, 5), "2024-01-05 10:00:00"
         one, inf, nan = Decimal("1.00"), float("inf"), float("nan")
         kept: list[tuple[object, ...]] = [
-            (4, day, at, at, nan, -inf, one, at),
-            (5, day, at, at, -inf, inf, None, at),
-            (6, day, at, at, 1.5, 2.5, Decimal("12.34"), at),
+            (4, day, at, at, nan, -inf, one, at, None, None, None),
+            (5, day, at, at, -inf, inf, None, at, None, None, None),
+            (6, day, at, at, 1.5, 2.5, Decimal("12.34"), at, None, None, None),
         ]
         same(stored(spark, settings, name), rows(spark, kept))
 
         result = run_refine(spark, settings, clamped)
 
-        assert (result.rows_in, result.rows_quarantined) == (7, 0)
+        assert (result.rows_in, result.rows_quarantined) == (8, 0)
         latest, earliest = "9999-12-31 23:59:59.999999", "0001-01-01 00:00:00"
+        extremes = [latest, earliest]
         clamped_rows: list[tuple[object, ...]] = [
-            (1, day, latest, at, 1.0, 1.0, one, at),
-            (2, day, at, earliest, 1.0, 1.0, one, at),
-            (3, date(9999, 12, 31), at, at, 1.0, 1.0, one, at),
-            (7, day, at, at, 1.0, 1.0, one, earliest),
+            (1, day, latest, at, 1.0, 1.0, one, at, None, None, None),
+            (2, day, at, earliest, 1.0, 1.0, one, at, None, None, None),
+            (3, date(9999, 12, 31), at, at, 1.0, 1.0, one, at, None, None, None),
+            (7, day, at, at, 1.0, 1.0, one, earliest, None, None, None),
+            (
+                *(8, day, at, at, 1.0, 1.0, one, at),
+                [*extremes, "1582-10-04 12:00:00"],
+                [date(9999, 12, 31), date(1, 1, 1)],
+                extremes,
+            ),
         ]
         expected = rows(spark, kept + clamped_rows)
         same(stored(spark, settings, clamped), expected)
@@ -105,7 +121,8 @@ def same(actual: DataFrame, expected: DataFrame) -> None:
 
 # The timestamps as text (UTC): PySpark cannot collect 0001-01-01 00:00 of a TIMESTAMP.
 TEXT_SCHEMA = SCHEMA.replace("TIMESTAMP", "STRING")
-TIMES = ("at", "at_tz", "at3")
+TIMES = {"at": "string", "at_tz": "string", "at3": "string"}
+TIMES |= {"ats": "array<string>", "at_tzs": "array<string>"}
 
 
 def rows(spark: SparkSession, data: list[tuple[object, ...]]) -> DataFrame:
@@ -114,4 +131,4 @@ def rows(spark: SparkSession, data: list[tuple[object, ...]]) -> DataFrame:
 
 def stored(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     table = current(spark, settings, name).drop("_rescued_data")
-    return table.select(*[F.col(c).cast("string") if c in TIMES else c for c in table.columns])
+    return table.select(*[F.col(c).cast(TIMES[c]) if c in TIMES else c for c in table.columns])

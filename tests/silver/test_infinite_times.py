@@ -35,6 +35,10 @@ TIMESTAMPS: list[Case] = [
     ("-9223372036854775808", EARLIEST, None),
     ("9223372036825200000", LATEST, None),  # timestamp(0-3) or connect mode, Timestamp
     ("-9223372036832400000", EARLIEST, None),
+    # A `timestamptz[]`'s -infinity: pgjdbc's milliseconds printed without their era.
+    ("+292269055-12-02T23:00:00.000000Z", EARLIEST, None),
+    ("+292269055-12-02T23:00:00Z", EARLIEST, None),
+    ("+292269055-12-02T23:00:01Z", None, None),
     ("9223372036854775806", None, None),  # next to a sentinel: no infinity
     ("9223372036825200001", None, None),
     ("infinityx", None, None),
@@ -83,6 +87,8 @@ def test_infinite_dates_are_clamped_only_when_asked(
         ("-infinity", date(1, 1, 1), None),
         ("2146033979", date(9999, 12, 31), None),  # Debezium's day counts for a `date`
         ("-2147472691", date(1, 1, 1), None),
+        ("-622191234", date(9999, 12, 31), None),  # a `date[]`'s
+        ("-625821272", date(1, 1, 1), None),
         ("2146033978", None, None),
         ("2932896", *((date(9999, 12, 31),) * 2 if encoding == "epoch_days" else (None, None))),
         ("2024-01-05", *day),
