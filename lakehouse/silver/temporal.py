@@ -57,8 +57,9 @@ def timestamp(t: Column, encoding: str) -> Column:
 # mode (probed through the real connector, its JVM in UTC): the word (ZonedTimestamp, a
 # `timestamptz`), the extreme long (MicroTimestamp), pgjdbc's DATE_POSITIVE/NEGATIVE_INFINITY
 # milliseconds (Timestamp: a `timestamp(0-3)`, or any under `connect`), for a `date` its own day
-# counts; in an array, a `date[]`'s overflowed day counts and a `timestamptz[]`'s `-infinity` as
-# the year 292269055 (pgjdbc's `-infinity` milliseconds printed without their era: `_LOST_ERA`).
+# counts in the stream; a `date[]`'s, and a `date`'s in the snapshot, overflowed day counts;
+# a `timestamptz[]`'s `-infinity` as the year 292269055 (pgjdbc's `-infinity` milliseconds
+# printed without their era: `_LOST_ERA`).
 # None is a real value in any unit: each lies far past what PostgreSQL can store.
 _INFINITE = {
     "timestamp": (

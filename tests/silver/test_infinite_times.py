@@ -87,7 +87,7 @@ def test_infinite_dates_are_clamped_only_when_asked(
         ("-infinity", date(1, 1, 1), None),
         ("2146033979", date(9999, 12, 31), None),  # Debezium's day counts for a `date`
         ("-2147472691", date(1, 1, 1), None),
-        ("-622191234", date(9999, 12, 31), None),  # a `date[]`'s
+        ("-622191234", date(9999, 12, 31), None),  # a `date[]`'s, a snapshot's `date`
         ("-625821272", date(1, 1, 1), None),
         ("2146033978", None, None),
         ("2932896", *((date(9999, 12, 31),) * 2 if encoding == "epoch_days" else (None, None))),
