@@ -123,7 +123,7 @@ def leaf_encodings(
     by_kind: Mapping[str, str], declared: str, clamp_infinite: bool = False
 ) -> dict[str, str]:
     """A nested column's leaf encodings: `by_kind` (its source's defaults), with `declared`
-    (the column's own, if any) for every kind that takes it."""
+    (the column's own, if any) for every kind that takes it, and INFINITE: CLAMP when asked."""
     out = dict(by_kind)
     for kind in ("timestamp", "date", "decimal", "string"):
         if declared and declared in allowed(kind):
