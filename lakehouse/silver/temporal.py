@@ -101,8 +101,8 @@ def gregorian_micros(micros: Column) -> Column:
     """A count of microseconds since 1970-01-01 in Java's calendar (Julian before 1582-10-15)
     -> the count of the same date and time in the proleptic Gregorian calendar PostgreSQL and
     Spark use (the same count from 1582-10-15 on). Debezium sends a `timestamp[]`'s elements
-    through java.sql.Timestamp (probed: 1582-10-04 12:00 arrives ten days late, 0100-03-01 one,
-    0044-03-15 two)."""
+    through java.sql.Timestamp (probed: 1582-10-04 12:00 arrives ten days late, 0100-03-01 a
+    day early, 0044-03-15 two days early)."""
     from pyspark.sql import functions as F
 
     # From Julian 0001-01-01 (two days before Gregorian's): earlier counts pass unchanged, to
