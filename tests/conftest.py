@@ -65,6 +65,7 @@ SERIAL: dict[str, str] = {
                 f"tests/silver/test_cdc_{name}.py"
                 for name in (
                     "connect_kill",
+                    "connect_zone",
                     "e2e",
                     "flattened",
                     "lost_checkpoint",

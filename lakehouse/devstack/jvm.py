@@ -102,6 +102,9 @@ def _server_argv(server: JvmServer, paths: StatePaths, *args: str) -> list[str]:
         "-Xms64m",
         "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
+        # Whatever the host's zone: Debezium reads a timestamp[]'s elements in its JVM's zone,
+        # and one a zone skips (a spring-forward gap), or from before 1900, arrives shifted.
+        "-Duser.timezone=UTC",
         f"-Dlog4j2.configurationFile={write_log4j(paths)}",
         *markers(service, paths),
         before=server.classpath,
