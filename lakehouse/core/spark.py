@@ -7,6 +7,7 @@ you hand it, so notebooks and tests can add their own options before `getOrCreat
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -89,9 +90,19 @@ def session_conf(settings: Settings, app_name: str | None = None) -> dict[str, s
     return conf
 
 
+def use_utc() -> None:
+    """Make this process's local zone UTC. PySpark turns a naive datetime into a TIMESTAMP
+    (`F.lit`, `createDataFrame`) and back (`collect`) in its process's zone, while the
+    lakehouse's datetimes are naive UTC, as its session renders them: on a host in New York, a
+    move stored its buckets five hours late (tests/offline/test_move.py)."""
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+
+
 def configure_builder(
     builder: SparkSession.Builder, settings: Settings, app_name: str | None = None
 ) -> SparkSession.Builder:
+    use_utc()
     for key, value in session_conf(settings, app_name).items():
         builder = builder.config(key, value)
     return builder
@@ -104,9 +115,10 @@ def build_session(
     with the options given on its command line (`--master`, `--conf`, `--jars`): those win,
     the settings only fill the gaps (a builder option would otherwise replace them, and a local
     master would silently take a job off the cluster). A local driver starts quiet unless
-    `verbose` (`lakehouse.core.driver`)."""
+    `verbose` (`lakehouse.core.driver`). This process's zone becomes UTC (`use_utc`)."""
     from pyspark.sql import SparkSession
 
+    use_utc()
     conf = session_conf(settings, app_name)
     if submitted():
         given = _submitted_conf() | {"spark.jars.packages", "spark.jars.ivy"}

@@ -231,6 +231,23 @@ def test_crashes_between_commits_then_a_rerun_end_as_one_uninterrupted_run(
     assert len(writes) == 1  # the rerun committed the move's data once, not twice
 
 
+def test_the_job_on_a_host_outside_utc_moves_the_buckets_and_boundary_it_moves_in_utc(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    """PySpark turns a naive datetime into a TIMESTAMP and back in its process's local zone;
+    the lakehouse's datetimes are naive UTC. A host in New York (`TZ`) changes nothing."""
+    orders = [order(1, T0 + 0.5 * H), order(2, T0 + 2.5 * H), order(3, T0 + 5 * H)]
+    offline, settings = offline_setup(spark, settings)
+    upsert(spark, settings, offline, orders)
+    env = {**job_env(settings, offline, tmp_path), "TZ": "America/New_York"}
+    now = (T0 + 4 * H + timedelta(minutes=1)).isoformat()
+    done = run_job("realtime_to_offline", ["--table", offline, "--now", now], env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert buckets_of(spark, settings, offline) == {T0: [1], T0 + 2 * H: [2]}
+    assert boundaries(spark, settings, offline) == [T0 + 4 * H]
+    assert_hybrid(spark, settings, offline, orders)
+
+
 def tables_history(spark: SparkSession, path: str) -> list[dict[str, object]]:
     from delta.tables import DeltaTable
 
