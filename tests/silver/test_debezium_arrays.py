@@ -5,8 +5,8 @@ Julian before 1582-10-15: 1582-10-04 12:00 arrives as the count of 1582-10-14 12
 late), 0044-03-15 as that of 0044-03-13. A CDC source's nested timestamp counts are read in that
 calendar; its top-level ones, an ISO text (a `timestamptz[]`'s) and an events source's counts
 are not. And with `infinite_times: clamp`, the infinities an array sends (its own counts and
-texts: read off the real connector's records) are clamped as a top-level value's are. The
-counts below were read off the real connector's records (adaptive and connect modes)."""
+texts) are clamped as a top-level value's are. The counts below were read off the real
+connector's records (adaptive and connect modes)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from lakehouse.silver import decode, nested
 
 pytestmark = pytest.mark.pure  # no service, no table: `./dev test -m pure`
 
-EPOCH = datetime(1970, 1, 1)
 DAY_US = 86_400_000_000
 
 
