@@ -69,6 +69,7 @@ SERIAL: dict[str, str] = {
                     "e2e",
                     "flattened",
                     "lost_checkpoint",
+                    "partitioned",
                     "replay",
                     "snapshot_race",
                     "toast",

@@ -41,12 +41,13 @@ from lakehouse.core.settings import Settings
 PASSWORD_ENV = "POSTGRES_PASSWORD"  # noqa: S105 (the variable's name, not a password)
 DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 DEBEZIUM_UNWRAP_SMT = "io.debezium.transforms.ExtractNewRecordState"
+PUBLISH_VIA_ROOT = "publish.via.partition.root"
 
 _SLOT_RE = re.compile(r"[a-z0-9_]{1,63}")
 _PUBLICATION_RE = re.compile(r"[A-Za-z0-9_]{1,63}")
 
 
-def _publication_name(slot: str) -> str:
+def publication_name(slot: str) -> str:
     return f"{slot[:59]}_pub"
 
 
@@ -82,8 +83,13 @@ def postgres_connector_config(
         "topic.prefix": topic_prefix,
         "table.include.list": ",".join(tables),
         "slot.name": slot_name,
-        "publication.name": _publication_name(slot_name),
+        "publication.name": publication_name(slot_name),
         "publication.autocreate.mode": "filtered",
+        # PostgreSQL publishes a partitioned table's changes as the partition that holds the
+        # row, which the include list (the parent) does not name: Debezium dropped every one,
+        # only the snapshot arrived (tests/silver/test_cdc_partitioned.py). Via the root they
+        # arrive as the parent's; an unpartitioned table is published as before.
+        PUBLISH_VIA_ROOT: "true",
         "tombstones.on.delete": "true",
         # Debezium skips truncates by default (`t`); silver applies them.
         "skipped.operations": "none",
@@ -146,6 +152,7 @@ def put_connector(
     its task run. A connector whose replication slot does not exist yet starts afresh (its
     stale offsets, if any, forgotten: see `_create_afresh`)."""
     base = connector_url(settings, check_name(name))
+    _publish_as_configured(settings, config)
     exists, _ = http("GET", base)
     created = (
         exists == 404
@@ -155,6 +162,29 @@ def put_connector(
     if not created:
         _expect(http("PUT", f"{base}/config", config, timeout=60.0), (200, 201), name, "config")
     wait_connector_running(settings, name, timeout)
+
+
+def _publish_as_configured(settings: Settings, config: Mapping[str, str]) -> None:
+    """Give the connector's existing publication the `publish.via.partition.root` its config
+    says. Debezium sets it only on a publication it creates, and only adds or removes tables
+    of one that exists: a publication made before the option was on kept publishing a
+    partitioned table's changes as its partitions, and the connector kept dropping them. A
+    publication the user manages (`publication.autocreate.mode: disabled`) is left alone."""
+    if config.get("publication.autocreate.mode", "all_tables") == "disabled":
+        return
+    publication = config.get("publication.name", "dbz_publication")
+    wanted = config.get(PUBLISH_VIA_ROOT, "false").strip().lower() == "true"
+    found = _sql(
+        settings, "SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (publication,)
+    )
+    if found and found[0][0] != wanted:
+        if not _PUBLICATION_RE.fullmatch(publication):
+            raise ServiceError(f"refusing to alter odd publication name {publication!r}")
+        value = "true" if wanted else "false"
+        _sql(
+            settings,
+            f'ALTER PUBLICATION "{publication}" SET (publish_via_partition_root = {value})',
+        )
 
 
 def connector_state(settings: Settings, name: str) -> str:
@@ -253,10 +283,10 @@ def delete_connector(
     base = connector_url(settings, name)
     status, config = http("GET", f"{base}/config")
     slot = slot_name or default_slot_name(name)
-    publication = _publication_name(slot)
+    publication = publication_name(slot)
     if status == 200 and isinstance(config, dict):
         slot = slot_name or str(config.get("slot.name", slot))
-        publication = str(config.get("publication.name", _publication_name(slot)))
+        publication = str(config.get("publication.name", publication_name(slot)))
         _stop_and_delete(base, name, timeout)
     elif status != 404:
         raise ServiceError(f"GET {base}/config answered HTTP {status}")
