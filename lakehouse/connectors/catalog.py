@@ -126,7 +126,7 @@ def postgres_columns(
     `purpose` says why, in the error when PostgreSQL cannot be reached."""
     lowered = [t.lower() for t in tables]
     elements = [e for e, name in _ELEMENTS.items() if name in data_types]
-    rows, arrays = _fetch(
+    rows, arrays = fetch(
         settings,
         purpose,
         # Debezium matches `table.include.list` ignoring case.
@@ -159,7 +159,7 @@ def table_columns(
 ) -> dict[str, list[str]]:
     """`schema.table` -> its column names, for each of `tables` that exists (as Debezium
     matches them, ignoring case)."""
-    (rows,) = _fetch(
+    (rows,) = fetch(
         settings,
         purpose,
         (
@@ -175,7 +175,7 @@ def table_columns(
     return out
 
 
-def _fetch(settings: Settings, purpose: str, *queries: tuple[str, tuple[object, ...]]) -> list[Any]:
+def fetch(settings: Settings, purpose: str, *queries: tuple[str, tuple[object, ...]]) -> list[Any]:
     """Each query's rows, from `postgres:`'s database (ServiceUnreachable, naming `purpose`,
     when it cannot be reached)."""
     import psycopg

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.connectors.debezium import delete_connector
+from lakehouse.connectors.debezium import delete_connector, publication_name
+from lakehouse.connectors.partitions import check_partition_root
 from lakehouse.connectors.rest import connector_url, http
 from lakehouse.connectors.scales import check_decimal_scales, declared_decimals
 from lakehouse.connectors.units import check_time_units
@@ -404,6 +405,72 @@ def test_a_silver_column_the_connector_would_never_send_is_refused(
         check_unsent(settings_of("kept", "", {"column.exclude.list": "public.other.cash"}), source)
     finally:
         with pg_connect(kafka_up) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+
+
+def test_a_partitioned_table_whose_changes_would_not_be_published_as_its_own_is_refused(
+    kafka_up: Settings, tmp_path: Path
+) -> None:
+    """The connectors publish a partitioned table's changes via its root (else the connector
+    drops them: tests/silver/test_cdc_partitioned.py). A config that turns that off, or a
+    publication the user manages that does not do it, is refused before anything streams; a
+    table that is not partitioned is not affected."""
+    table = f"t_{uuid.uuid4().hex[:8]}"
+    source, prefix = f"cdc_{table}", f"p{table[-8:]}"
+    publication = publication_name(f"{table}_slot")
+
+    def settings_of(path: str, config: dict[str, str], tables: list[str]) -> Settings:
+        connector = {"topic_prefix": prefix, "tables": tables, "config": config}
+        overlay = one_table(table, connector, "id INT, day DATE")
+        return load_settings("test", conf_overlay(tmp_path / path, overlay))
+
+    managed = {
+        "publication.autocreate.mode": "disabled",
+        "publication.name": publication,
+        "slot.name": f"{table}_slot",
+    }
+    with pg_connect(kafka_up) as conn:
+        conn.execute(
+            f"CREATE TABLE public.{table} (id int, day date, PRIMARY KEY (id, day)) "
+            "PARTITION BY RANGE (day)"
+        )
+        conn.execute(
+            f"CREATE TABLE public.{table}_p PARTITION OF public.{table} "
+            "FOR VALUES FROM ('2024-01-01') TO ('2025-01-01')"
+        )
+        conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE public.{table}")
+    parent, partition = [f"public.{table}"], [f"public.{table}_p"]
+    lost = (
+        f"public.{table} is partitioned: PostgreSQL would publish its changes as its "
+        "partitions, which the connector drops (only the snapshot would arrive)"
+    )
+    try:
+        with pytest.raises(UsageError) as off:
+            check_partition_root(
+                settings_of("off", {"publish.via.partition.root": "false"}, parent), source
+            )
+        assert str(off.value) == (
+            f"sources.{source}.connector.config.publish.via.partition.root: {lost}. "
+            "Remove the setting"
+        )
+        with pytest.raises(UsageError) as user_managed:
+            check_partition_root(settings_of("managed", managed, parent), source)
+        assert str(user_managed.value) == (
+            f"sources.{source}.connector: publication {publication}: {lost}. Run ALTER "
+            f"PUBLICATION {publication} SET (publish_via_partition_root = true) in PostgreSQL"
+        )
+        # Accepted: the default, a managed publication that publishes via the root, and a
+        # partition captured by its own name.
+        check_partition_root(settings_of("default", {}, parent), source)
+        with pg_connect(kafka_up) as conn:
+            conn.execute(f"ALTER PUBLICATION {publication} SET (publish_via_partition_root = true)")
+        check_partition_root(settings_of("via_root", managed, parent), source)
+        check_partition_root(
+            settings_of("leaf", {"publish.via.partition.root": "false"}, partition), source
+        )
+    finally:
+        with pg_connect(kafka_up) as conn:
+            conn.execute(f"DROP PUBLICATION IF EXISTS {publication}")
             conn.execute(f"DROP TABLE IF EXISTS public.{table}")
 
 
