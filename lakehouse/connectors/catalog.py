@@ -175,6 +175,35 @@ def table_columns(
     return out
 
 
+def unpublished_columns(
+    settings: Settings, tables: tuple[str, ...], purpose: str
+) -> dict[str, list[tuple[str, str | None, str | None]]]:
+    """column name -> (`schema.table`, domain, its base type) for the columns of `tables` no
+    streamed change carries: a generated column (domain None: logical replication does not
+    publish it) and an array of a domain (Debezium 3.7 sends none; both seen through the
+    real connector)."""
+    (rows,) = fetch(
+        settings,
+        purpose,
+        (
+            "SELECT n.nspname || '.' || c.relname, a.attname, "
+            "CASE WHEN a.attgenerated = '' THEN e.typname END, "
+            "CASE WHEN a.attgenerated = '' THEN format_type(e.typbasetype, NULL) END "
+            "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_type e ON e.oid = t.typelem "
+            "WHERE a.attnum > 0 AND NOT a.attisdropped "
+            "AND (a.attgenerated <> '' OR (t.typcategory = 'A' AND e.typtype = 'd')) "
+            "AND lower(n.nspname || '.' || c.relname) = ANY(%s)",
+            ([t.lower() for t in tables],),
+        ),
+    )
+    out: dict[str, list[tuple[str, str | None, str | None]]] = {}
+    for table, column, domain, base in rows:
+        out.setdefault(column, []).append((table, domain, base))
+    return out
+
+
 def fetch(settings: Settings, purpose: str, *queries: tuple[str, tuple[object, ...]]) -> list[Any]:
     """Each query's rows, from `postgres:`'s database (ServiceUnreachable, naming `purpose`,
     when it cannot be reached)."""

@@ -4,18 +4,26 @@ A silver column that no captured row carries stays NULL, nothing to show for it:
 typo (`emial`), a column the connector's `column.exclude.list` (or `column.include.list`)
 leaves out, and a PostgreSQL type Debezium does not send: 3.7's PostgreSQL connector leaves
 `money[]` and `interval[]` columns out of its records and sends a `bit(n)[]` as null, whatever
-the row holds (seen through the real connector). So `lakehouse connectors apply` refuses such a
-table, naming the column, before the connector streams a row. Fields Debezium adds itself
-(`__deleted`, `__op`, ... of its ExtractNewRecordState SMT) are not PostgreSQL's, and a
-captured table that does not exist yet is not compared. (A column altered later is caught the
-next time the connector is applied.)"""
+the row holds, and an array of a domain is in no record (a column of the domain is sent); a
+generated column is in the snapshot's rows only, as PostgreSQL (before 18) publishes none, so
+every change would set it NULL (all seen through the real connector). So `lakehouse connectors
+apply` refuses such a table, naming the column, before the connector streams a row. Fields
+Debezium adds itself (`__deleted`, `__op`, ... of its ExtractNewRecordState SMT) are not
+PostgreSQL's, and a captured table that does not exist yet is not compared. (A column altered
+later is caught the next time the connector is applied.)"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 
-from lakehouse.connectors.catalog import column_types, elsewhere, postgres_columns, table_columns
+from lakehouse.connectors.catalog import (
+    column_types,
+    elsewhere,
+    postgres_columns,
+    table_columns,
+    unpublished_columns,
+)
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 
@@ -38,6 +46,7 @@ def check_unsent(settings: Settings, source_name: str) -> None:
     purpose = "to find the silver columns the connector would not send before applying"
     captured = table_columns(settings, connector.tables, purpose)
     arrays = postgres_columns(settings, connector.tables, tuple(_UNSENT), purpose)
+    unpublished = unpublished_columns(settings, connector.tables, purpose)
     for table_name, table in settings.silver.items():
         if table.source != source_name:
             continue
@@ -46,6 +55,9 @@ def check_unsent(settings: Settings, source_name: str) -> None:
             problem = _not_sent(column, captured, connector.config)
             if problem:
                 raise UsageError(f"{where} {problem}")
+            for captured_table, domain, base in unpublished.get(column, []):
+                reason = _unpublished(column, domain, base)
+                raise UsageError(f"{where} is read from {captured_table}.{column}, {reason}")
             for pg in arrays.get(column, []):
                 if pg.array:
                     what, instead = _UNSENT[pg.data_type]
@@ -54,6 +66,21 @@ def check_unsent(settings: Settings, source_name: str) -> None:
                         f"Debezium {what}: it would stay NULL. Remove {column} from the "
                         f"schema, or keep the values in PostgreSQL as {instead}"
                     )
+
+
+def _unpublished(column: str, domain: str | None, base: str | None) -> str:
+    """Why `unpublished_columns` found `column` (after `is read from <table>.<column>, `)."""
+    if domain is None:
+        return (
+            "a generated column, which PostgreSQL does not publish to the connector: it would "
+            f"be NULL after every change. Remove {column} from the schema, and compute it "
+            "downstream"
+        )
+    return (
+        f"an array of the domain {domain}, which Debezium leaves out of every record: it would "
+        f"stay NULL. Remove {column} from the schema, or keep the values in PostgreSQL as "
+        f"{base}[]"
+    )
 
 
 def _not_sent(column: str, captured: Mapping[str, list[str]], config: Mapping[str, str]) -> str:

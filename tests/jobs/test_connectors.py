@@ -352,13 +352,35 @@ def test_a_silver_column_the_connector_would_never_send_is_refused(
         overlay = one_table(table, connector, base + more)
         return load_settings("test", conf_overlay(tmp_path / path, overlay))
 
+    domain = f"amount_{table}"
     with pg_connect(kafka_up) as conn:
+        conn.execute(f"CREATE DOMAIN {domain} AS numeric(12,2)")
         conn.execute(
             f"CREATE TABLE public.{table} (id int PRIMARY KEY, cash money, span interval, "
-            "flag bit(3), note text, cashes money[], spans interval[], flags bit(3)[])"
+            "flag bit(3), note text, cashes money[], spans interval[], flags bit(3)[], "
+            f"total numeric(12,2) GENERATED ALWAYS AS (length(note) * 2) STORED, "
+            f"amount {domain}, amounts {domain}[])"
         )
     where = f"public.{table}"
     try:
+        # Seen through the real connector: a generated column is in the snapshot's rows
+        # only (logical replication does not publish it), so every change would set it
+        # NULL; an array of a domain is in no record (a column of the domain is sent).
+        with pytest.raises(UsageError) as generated:
+            check_unsent(settings_of("generated", ", total DECIMAL(12,2)"), source)
+        assert str(generated.value) == (
+            f"silver.s_{table}.schema: total is read from {where}.total, a generated column, "
+            "which PostgreSQL does not publish to the connector: it would be NULL after every "
+            "change. Remove total from the schema, and compute it downstream"
+        )
+        with pytest.raises(UsageError) as domains:
+            check_unsent(settings_of("domains", ", amounts ARRAY<DECIMAL(12,2)>"), source)
+        assert str(domains.value) == (
+            f"silver.s_{table}.schema: amounts is read from {where}.amounts, an array of the "
+            f"domain {domain}, which Debezium leaves out of every record: it would stay NULL. "
+            "Remove amounts from the schema, or keep the values in PostgreSQL as numeric[]"
+        )
+        check_unsent(settings_of("domain", ", amount DECIMAL(12,2)"), source)
         dropped, nulled = "leaves it out of every record", "sends it as null"
         cases = [
             ("cashes ARRAY<DECIMAL(12,2)>", "money[]", dropped, "numeric(p,s)[]"),
@@ -406,6 +428,7 @@ def test_a_silver_column_the_connector_would_never_send_is_refused(
     finally:
         with pg_connect(kafka_up) as conn:
             conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+            conn.execute(f"DROP DOMAIN IF EXISTS {domain}")
 
 
 def test_a_partitioned_table_whose_changes_would_not_be_published_as_its_own_is_refused(
