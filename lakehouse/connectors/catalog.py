@@ -175,32 +175,45 @@ def table_columns(
     return out
 
 
+@dataclass(frozen=True)
+class Unpublished:
+    """A captured column no change carries right: `kind` is `generated` (PostgreSQL before
+    18 does not publish it), `domain[]` or `composite` (Debezium 3.7 leaves it out of every
+    record, an array of composites too), `dimensions` (an array declared with more than one:
+    Debezium sends its elements as nulls, text ones as Java object names); all seen through
+    the real connector."""
+
+    table: str
+    kind: str
+    type_name: str  # the domain, composite, or the array's element type
+    base: str  # a domain's base type ('' otherwise)
+
+
 def unpublished_columns(
     settings: Settings, tables: tuple[str, ...], purpose: str
-) -> dict[str, list[tuple[str, str | None, str | None]]]:
-    """column name -> (`schema.table`, domain, its base type) for the columns of `tables` no
-    streamed change carries: a generated column (domain None: logical replication does not
-    publish it) and an array of a domain (Debezium 3.7 sends none; both seen through the
-    real connector)."""
+) -> dict[str, list[Unpublished]]:
+    """column name -> the columns of `tables` of that name whose values never arrive right."""
     (rows,) = fetch(
         settings,
         purpose,
         (
             "SELECT n.nspname || '.' || c.relname, a.attname, "
-            "CASE WHEN a.attgenerated = '' THEN e.typname END, "
-            "CASE WHEN a.attgenerated = '' THEN format_type(e.typbasetype, NULL) END "
+            "CASE WHEN a.attgenerated <> '' THEN 'generated' "
+            "WHEN t.typtype = 'c' OR e.typtype = 'c' THEN 'composite' "
+            "WHEN e.typtype = 'd' THEN 'domain[]' ELSE 'dimensions' END, "
+            "coalesce(e.typname, t.typname), coalesce(format_type(e.typbasetype, NULL), '') "
             "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_type e ON e.oid = t.typelem "
-            "WHERE a.attnum > 0 AND NOT a.attisdropped "
-            "AND (a.attgenerated <> '' OR (t.typcategory = 'A' AND e.typtype = 'd')) "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid "
+            "LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' "
+            "WHERE a.attnum > 0 AND NOT a.attisdropped AND (a.attgenerated <> '' "
+            "OR t.typtype = 'c' OR e.typtype IN ('c', 'd') OR a.attndims > 1) "
             "AND lower(n.nspname || '.' || c.relname) = ANY(%s)",
             ([t.lower() for t in tables],),
         ),
     )
-    out: dict[str, list[tuple[str, str | None, str | None]]] = {}
-    for table, column, domain, base in rows:
-        out.setdefault(column, []).append((table, domain, base))
+    out: dict[str, list[Unpublished]] = {}
+    for table, column, kind, type_name, base in rows:
+        out.setdefault(column, []).append(Unpublished(table, kind, type_name, base))
     return out
 
 

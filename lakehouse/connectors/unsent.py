@@ -2,15 +2,18 @@
 
 A silver column that no captured row carries stays NULL, nothing to show for it: a name with a
 typo (`emial`), a column the connector's `column.exclude.list` (or `column.include.list`)
-leaves out, and a PostgreSQL type Debezium does not send: 3.7's PostgreSQL connector leaves
-`money[]` and `interval[]` columns out of its records and sends a `bit(n)[]` as null, whatever
-the row holds, and an array of a domain is in no record (a column of the domain is sent); a
-generated column is in the snapshot's rows only, as PostgreSQL (before 18) publishes none, so
-every change would set it NULL (all seen through the real connector). So `lakehouse connectors
-apply` refuses such a table, naming the column, before the connector streams a row. Fields
-Debezium adds itself (`__deleted`, `__op`, ... of its ExtractNewRecordState SMT) are not
-PostgreSQL's, and a captured table that does not exist yet is not compared. (A column altered
-later is caught the next time the connector is applied.)"""
+leaves out, and a PostgreSQL type Debezium does not send. Seen through the real connector:
+3.7's PostgreSQL connector leaves `money[]` and `interval[]` columns, a composite type's and an
+array of composites or of a domain out of its records (a column of a domain is sent), and
+sends a `bit(n)[]` as null, whatever the row holds; it sends the elements of an array of more
+than one dimension as nulls (text ones as Java object names, `[Ljava.lang.String;@4f0a4b4b`);
+and PostgreSQL (before 18) publishes no generated column, which only the snapshot's rows carry,
+so every change would set it NULL. So `lakehouse connectors apply` refuses such a table, naming
+the column, before the connector streams a row (an array is judged by the dimensions its
+column declares: PostgreSQL does not hold a `text[]` to one). Fields Debezium adds itself
+(`__deleted`, `__op`, ... of its ExtractNewRecordState SMT) are not PostgreSQL's, and a
+captured table that does not exist yet is not compared. (A column altered later is caught the
+next time the connector is applied.)"""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import re
 from collections.abc import Mapping
 
 from lakehouse.connectors.catalog import (
+    Unpublished,
     column_types,
     elsewhere,
     postgres_columns,
@@ -55,9 +59,9 @@ def check_unsent(settings: Settings, source_name: str) -> None:
             problem = _not_sent(column, captured, connector.config)
             if problem:
                 raise UsageError(f"{where} {problem}")
-            for captured_table, domain, base in unpublished.get(column, []):
-                reason = _unpublished(column, domain, base)
-                raise UsageError(f"{where} is read from {captured_table}.{column}, {reason}")
+            for found in unpublished.get(column, []):
+                reason = _unpublished(column, found)
+                raise UsageError(f"{where} is read from {found.table}.{column}, {reason}")
             for pg in arrays.get(column, []):
                 if pg.array:
                     what, instead = _UNSENT[pg.data_type]
@@ -68,18 +72,30 @@ def check_unsent(settings: Settings, source_name: str) -> None:
                     )
 
 
-def _unpublished(column: str, domain: str | None, base: str | None) -> str:
-    """Why `unpublished_columns` found `column` (after `is read from <table>.<column>, `)."""
-    if domain is None:
+def _unpublished(column: str, found: Unpublished) -> str:
+    """Why `column` is refused (after `is read from <table>.<column>, `)."""
+    remove = f"Remove {column} from the schema"
+    if found.kind == "generated":
         return (
             "a generated column, which PostgreSQL does not publish to the connector: it would "
-            f"be NULL after every change. Remove {column} from the schema, and compute it "
-            "downstream"
+            f"be NULL after every change. {remove}, and compute it downstream"
+        )
+    if found.kind == "domain[]":
+        return (
+            f"an array of the domain {found.type_name}, which Debezium leaves out of every "
+            f"record: it would stay NULL. {remove}, or keep the values in PostgreSQL as "
+            f"{found.base}[]"
+        )
+    if found.kind == "composite":
+        return (
+            f"of the composite type {found.type_name}, which Debezium leaves out of every "
+            f"record: it would stay NULL. {remove}, or keep the fields in PostgreSQL as "
+            "columns of their own, or as jsonb"
         )
     return (
-        f"an array of the domain {domain}, which Debezium leaves out of every record: it would "
-        f"stay NULL. Remove {column} from the schema, or keep the values in PostgreSQL as "
-        f"{base}[]"
+        "an array of more than one dimension, whose elements Debezium sends as nulls (text "
+        f"ones as Java object names): it would be stored wrong. {remove}, or keep the values "
+        "in PostgreSQL as jsonb"
     )
 
 

@@ -352,20 +352,23 @@ def test_a_silver_column_the_connector_would_never_send_is_refused(
         overlay = one_table(table, connector, base + more)
         return load_settings("test", conf_overlay(tmp_path / path, overlay))
 
-    domain = f"amount_{table}"
+    domain, pair = f"amount_{table}", f"pair_{table}"
     with pg_connect(kafka_up) as conn:
         conn.execute(f"CREATE DOMAIN {domain} AS numeric(12,2)")
+        conn.execute(f"CREATE TYPE {pair} AS (a int, b text)")
         conn.execute(
             f"CREATE TABLE public.{table} (id int PRIMARY KEY, cash money, span interval, "
             "flag bit(3), note text, cashes money[], spans interval[], flags bit(3)[], "
             f"total numeric(12,2) GENERATED ALWAYS AS (length(note) * 2) STORED, "
-            f"amount {domain}, amounts {domain}[])"
+            f"amount {domain}, amounts {domain}[], pair {pair}, pairs {pair}[], "
+            "grid text[][], cube int[][][])"
         )
     where = f"public.{table}"
     try:
         # Seen through the real connector: a generated column is in the snapshot's rows
         # only (logical replication does not publish it), so every change would set it
-        # NULL; an array of a domain is in no record (a column of the domain is sent).
+        # NULL; an array of a domain, a composite and an array of composites are in no
+        # record (a column of the domain is sent); a 2-D array's elements arrive as nulls.
         with pytest.raises(UsageError) as generated:
             check_unsent(settings_of("generated", ", total DECIMAL(12,2)"), source)
         assert str(generated.value) == (
@@ -381,6 +384,24 @@ def test_a_silver_column_the_connector_would_never_send_is_refused(
             "Remove amounts from the schema, or keep the values in PostgreSQL as numeric[]"
         )
         check_unsent(settings_of("domain", ", amount DECIMAL(12,2)"), source)
+        for column, ddl in (("pair", "STRUCT<a: INT, b: STRING>"), ("pairs", "ARRAY<STRING>")):
+            with pytest.raises(UsageError) as composite:
+                check_unsent(settings_of(column, f", {column} {ddl}"), source)
+            assert str(composite.value) == (
+                f"silver.s_{table}.schema: {column} is read from {where}.{column}, of the "
+                f"composite type {pair}, which Debezium leaves out of every record: it would "
+                f"stay NULL. Remove {column} from the schema, or keep the fields in PostgreSQL "
+                "as columns of their own, or as jsonb"
+            )
+        for column, ddl in (("grid", "ARRAY<ARRAY<STRING>>"), ("cube", "ARRAY<INT>")):
+            with pytest.raises(UsageError) as dimensions:
+                check_unsent(settings_of(column, f", {column} {ddl}"), source)
+            assert str(dimensions.value) == (
+                f"silver.s_{table}.schema: {column} is read from {where}.{column}, an array of "
+                "more than one dimension, whose elements Debezium sends as nulls (text ones as "
+                "Java object names): it would be stored wrong. Remove "
+                f"{column} from the schema, or keep the values in PostgreSQL as jsonb"
+            )
         dropped, nulled = "leaves it out of every record", "sends it as null"
         cases = [
             ("cashes ARRAY<DECIMAL(12,2)>", "money[]", dropped, "numeric(p,s)[]"),
@@ -429,6 +450,7 @@ def test_a_silver_column_the_connector_would_never_send_is_refused(
         with pg_connect(kafka_up) as conn:
             conn.execute(f"DROP TABLE IF EXISTS public.{table}")
             conn.execute(f"DROP DOMAIN IF EXISTS {domain}")
+            conn.execute(f"DROP TYPE IF EXISTS {pair}")
 
 
 def test_a_partitioned_table_whose_changes_would_not_be_published_as_its_own_is_refused(
