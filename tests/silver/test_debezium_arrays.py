@@ -147,3 +147,30 @@ def test_an_arrays_infinities_are_clamped_only_when_asked(spark: SparkSession, c
     same(days, expect(spark, [["9999-12-31", "0001-01-01", "2024-01-05"] if clamp else None]))
     ms = decoded_arrays(spark, ["[9223372036825200000]"], "array<timestamp>", cdc("connect", clamp))
     same(ms, expect(spark, [[latest] if clamp else None]))
+
+
+def test_a_two_dimensional_text_arrays_java_object_names_do_not_decode(
+    spark: SparkSession,
+) -> None:
+    """Debezium 3.7 sends `ARRAY[['a','b'],['c','d']]` in a `text[]` or `text[][]` column as
+    `["[Ljava.lang.String;@4f0a4b4b", "[Ljava.lang.String;@5972b745"]` (probed): the values
+    are gone, so the change is refused rather than stored as those names. The same text from
+    an events feed, and ordinary text, are values."""
+    names = '["[Ljava.lang.String;@4f0a4b4b", "[Ljava.lang.String;@5972b745"]'
+    values = [names, '["[[I@1b6d3586"]', '["a", "[Ljava", "@4f0a4b4b", null]']
+    events = decode.leaf_encodings(decode.kind_encodings("events"), "")
+    same(
+        decoded_arrays(spark, values, "array<string>", cdc()),
+        expect(spark, [None, None, ["a", "[Ljava", "@4f0a4b4b", None]]),
+    )
+    same(
+        decoded_arrays(spark, values, "array<string>", events),
+        expect(
+            spark,
+            [
+                ["[Ljava.lang.String;@4f0a4b4b", "[Ljava.lang.String;@5972b745"],
+                ["[[I@1b6d3586"],
+                ["a", "[Ljava", "@4f0a4b4b", None],
+            ],
+        ),
+    )
