@@ -18,7 +18,8 @@ from lakehouse.core.settings import Settings
 _PARTITIONED = (
     "SELECT n.nspname || '.' || c.relname FROM pg_class c "
     "JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE c.relkind = 'p' AND n.nspname || '.' || c.relname = ANY(%s) ORDER BY 1"
+    # Debezium matches `table.include.list` ignoring case.
+    "WHERE c.relkind = 'p' AND lower(n.nspname || '.' || c.relname) = ANY(%s) ORDER BY 1"
 )
 _VIA_ROOT = "SELECT pubviaroot FROM pg_publication WHERE pubname = %s"
 
@@ -34,7 +35,10 @@ def check_partition_root(settings: Settings, source_name: str) -> None:
     publication = config.get("publication.name", publication_name(connector.slot_name(source_name)))
     purpose = "to find partitioned tables before applying"
     partitioned, via_root = fetch(
-        settings, purpose, (_PARTITIONED, (list(connector.tables),)), (_VIA_ROOT, (publication,))
+        settings,
+        purpose,
+        (_PARTITIONED, ([t.lower() for t in connector.tables],)),
+        (_VIA_ROOT, (publication,)),
     )
     if not partitioned:
         return
