@@ -170,14 +170,11 @@ def _publish_as_configured(settings: Settings, config: Mapping[str, str]) -> Non
     of one that exists: a publication made before the option was on kept publishing a
     partitioned table's changes as its partitions, and the connector kept dropping them. A
     publication the user manages (`publication.autocreate.mode: disabled`) is left alone."""
-    if config.get("publication.autocreate.mode", "all_tables") == "disabled":
+    if user_managed(config):
         return
-    publication = config.get("publication.name", "dbz_publication")
-    wanted = config.get(PUBLISH_VIA_ROOT, "false").strip().lower() == "true"
-    found = _sql(
-        settings, "SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (publication,)
-    )
-    if found and found[0][0] != wanted:
+    publication, wanted = configured_publication(config), publishes_via_root(config)
+    found = publication_via_root(settings, publication)
+    if found is not None and found != wanted:
         if not _PUBLICATION_RE.fullmatch(publication):
             raise ServiceError(f"refusing to alter odd publication name {publication!r}")
         value = "true" if wanted else "false"
@@ -185,6 +182,27 @@ def _publish_as_configured(settings: Settings, config: Mapping[str, str]) -> Non
             settings,
             f'ALTER PUBLICATION "{publication}" SET (publish_via_partition_root = {value})',
         )
+
+
+# Debezium's defaults for the publication options, when a config leaves them out.
+def configured_publication(config: Mapping[str, str]) -> str:
+    return config.get("publication.name", "dbz_publication")
+
+
+def user_managed(config: Mapping[str, str]) -> bool:
+    return config.get("publication.autocreate.mode", "all_tables") == "disabled"
+
+
+def publishes_via_root(config: Mapping[str, str]) -> bool:
+    return config.get(PUBLISH_VIA_ROOT, "false").strip().lower() == "true"
+
+
+def publication_via_root(settings: Settings, publication: str) -> bool | None:
+    """Whether the publication publishes via the partition root; None when it does not exist."""
+    found = _sql(
+        settings, "SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (publication,)
+    )
+    return bool(found[0][0]) if found else None
 
 
 def connector_state(settings: Settings, name: str) -> str:

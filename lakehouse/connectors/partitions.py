@@ -10,8 +10,16 @@ publication the user manages (`publication.autocreate.mode: disabled`) does not 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from lakehouse.connectors.catalog import elsewhere, fetch
-from lakehouse.connectors.debezium import PUBLISH_VIA_ROOT, publication_name
+from lakehouse.connectors.debezium import (
+    PUBLISH_VIA_ROOT,
+    configured_publication,
+    publication_via_root,
+    publishes_via_root,
+    user_managed,
+)
 from lakehouse.core.errors import UsageError
 from lakehouse.core.settings import Settings
 
@@ -21,37 +29,32 @@ _PARTITIONED = (
     # Debezium matches `table.include.list` ignoring case.
     "WHERE c.relkind = 'p' AND lower(n.nspname || '.' || c.relname) = ANY(%s) ORDER BY 1"
 )
-_VIA_ROOT = "SELECT pubviaroot FROM pg_publication WHERE pubname = %s"
 
 
-def check_partition_root(settings: Settings, source_name: str) -> None:
+def check_partition_root(settings: Settings, source_name: str, config: Mapping[str, str]) -> None:
     """Refuse (UsageError) a captured partitioned table whose changes the connector of
-    `source_name` would drop: its config sets `publish.via.partition.root` off, or its
-    user-managed publication does not publish via the root."""
+    `source_name`, applied with `config` (`sources.connector_config`), would drop: the config
+    sets `publish.via.partition.root` off, or its user-managed publication does not publish
+    via the root."""
     connector = settings.sources[source_name].connector
     if connector is None or elsewhere(settings, source_name, "partitioned tables"):
         return
-    config = connector.config
-    publication = config.get("publication.name", publication_name(connector.slot_name(source_name)))
-    purpose = "to find partitioned tables before applying"
-    partitioned, via_root = fetch(
-        settings,
-        purpose,
-        (_PARTITIONED, ([t.lower() for t in connector.tables],)),
-        (_VIA_ROOT, (publication,)),
+    tables = [t.lower() for t in connector.tables]
+    (partitioned,) = fetch(
+        settings, "to find partitioned tables before applying", (_PARTITIONED, (tables,))
     )
     if not partitioned:
         return
-    tables = ", ".join(row[0] for row in partitioned)
+    names = ", ".join(row[0] for row in partitioned)
     where = f"sources.{source_name}.connector"
     lost = (
-        f"{tables} is partitioned: PostgreSQL would publish its changes as its partitions, "
+        f"{names} is partitioned: PostgreSQL would publish its changes as its partitions, "
         "which the connector drops (only the snapshot would arrive)"
     )
-    if config.get(PUBLISH_VIA_ROOT, "true").strip().lower() != "true":
+    if not publishes_via_root(config):
         raise UsageError(f"{where}.config.{PUBLISH_VIA_ROOT}: {lost}. Remove the setting")
-    managed = config.get("publication.autocreate.mode", "filtered") == "disabled"
-    if managed and via_root and not via_root[0][0]:
+    publication = configured_publication(config)
+    if user_managed(config) and publication_via_root(settings, publication) is False:
         raise UsageError(
             f"{where}: publication {publication}: {lost}. Run ALTER PUBLICATION {publication} "
             "SET (publish_via_partition_root = true) in PostgreSQL"

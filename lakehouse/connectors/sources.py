@@ -52,6 +52,6 @@ def apply_source(settings: Settings, source_name: str) -> str:
     check_decimal_scales(settings, source_name)  # before a row streams
     check_time_units(settings, source_name)
     check_unsent(settings, source_name)
-    check_partition_root(settings, source_name)
+    check_partition_root(settings, source_name, config)
     put_connector(settings, name, config)
     return name

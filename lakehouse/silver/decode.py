@@ -114,9 +114,11 @@ def column_allows(data_type: DataType) -> tuple[str, ...]:
 
 
 # Beside the kinds, how a nested leaf is read: CALENDAR: HYBRID, an epoch count's date is in
-# Java's calendar (Julian before 1582-10-15: a Debezium `timestamp[]`'s elements), and
+# Java's calendar (Julian before 1582-10-15: a Debezium `timestamp[]`'s elements); SENDER:
+# DEBEZIUM, Debezium sent the leaves (with its known losses: `nested.JAVA_ARRAY_NAME`); and
 # INFINITE: CLAMP, PostgreSQL's infinities clamped (`infinite_times: clamp`).
 CALENDAR, HYBRID, INFINITE, CLAMP = "calendar", "hybrid", "infinite", "clamp"
+SENDER, DEBEZIUM = "sender", "debezium"
 
 
 def leaf_encodings(
@@ -142,7 +144,7 @@ def kind_encodings(
         "date": "epoch_days" if cdc else "iso",
         "decimal": "base64" if cdc and decimal_mode == "precise" else "text",
     }
-    return {**out, CALENDAR: HYBRID} if cdc else out
+    return {**out, CALENDAR: HYBRID, SENDER: DEBEZIUM} if cdc else out
 
 
 def default_encodings(

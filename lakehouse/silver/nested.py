@@ -179,7 +179,7 @@ def _leaf(v: Column, data_type: DataType, enc: Mapping[str, str]) -> Column:
         # An object or array holding a VARIANT double holds a number whose digits are lost
         # (`{"a": 1.2345678901234567891e3}`): its text would hold another number.
         lost = composite & (variant_kind.contains("DOUBLE") | variant_kind.contains("FLOAT"))
-        if enc.get(decode.CALENDAR) == decode.HYBRID:
+        if enc.get(decode.SENDER) == decode.DEBEZIUM:
             # Debezium 3.7 sends the rows of a text array of two dimensions as their Java
             # object names (`[Ljava.lang.String;@4f0a4b4b`), the values gone (probed).
             lost = lost | text.rlike(JAVA_ARRAY_NAME)

@@ -16,6 +16,7 @@ from lakehouse.connectors.debezium import delete_connector, publication_name
 from lakehouse.connectors.partitions import check_partition_root
 from lakehouse.connectors.rest import connector_url, http
 from lakehouse.connectors.scales import check_decimal_scales, declared_decimals
+from lakehouse.connectors.sources import connector_config
 from lakehouse.connectors.units import check_time_units
 from lakehouse.connectors.unsent import check_unsent
 from lakehouse.core import kafka
@@ -464,10 +465,13 @@ def test_a_partitioned_table_whose_changes_would_not_be_published_as_its_own_is_
     source, prefix = f"cdc_{table}", f"p{table[-8:]}"
     publication = publication_name(f"{table}_slot")
 
-    def settings_of(path: str, config: dict[str, str], tables: list[str]) -> Settings:
+    def check(path: str, config: dict[str, str], tables: list[str]) -> None:
+        """check_partition_root with the config `apply` would give the connector."""
         connector = {"topic_prefix": prefix, "tables": tables, "config": config}
         overlay = one_table(table, connector, "id INT, day DATE")
-        return load_settings("test", conf_overlay(tmp_path / path, overlay))
+        settings = load_settings("test", conf_overlay(tmp_path / path, overlay))
+        _, applied = connector_config(settings, source, settings.sources[source])
+        check_partition_root(settings, source, applied)
 
     managed = {
         "publication.autocreate.mode": "disabled",
@@ -492,30 +496,25 @@ def test_a_partitioned_table_whose_changes_would_not_be_published_as_its_own_is_
     )
     try:
         with pytest.raises(UsageError) as off:
-            check_partition_root(
-                # Named as Debezium matches it, ignoring case.
-                settings_of("off", {"publish.via.partition.root": "false"}, upper),
-                source,
-            )
+            # Named as Debezium matches it, ignoring case.
+            check("off", {"publish.via.partition.root": "false"}, upper)
         assert str(off.value) == (
             f"sources.{source}.connector.config.publish.via.partition.root: {lost}. "
             "Remove the setting"
         )
         with pytest.raises(UsageError) as user_managed:
-            check_partition_root(settings_of("managed", managed, parent), source)
+            check("managed", managed, parent)
         assert str(user_managed.value) == (
             f"sources.{source}.connector: publication {publication}: {lost}. Run ALTER "
             f"PUBLICATION {publication} SET (publish_via_partition_root = true) in PostgreSQL"
         )
         # Accepted: the default, a managed publication that publishes via the root, and a
         # partition captured by its own name.
-        check_partition_root(settings_of("default", {}, parent), source)
+        check("default", {}, parent)
         with pg_connect(kafka_up) as conn:
             conn.execute(f"ALTER PUBLICATION {publication} SET (publish_via_partition_root = true)")
-        check_partition_root(settings_of("via_root", managed, parent), source)
-        check_partition_root(
-            settings_of("leaf", {"publish.via.partition.root": "false"}, partition), source
-        )
+        check("via_root", managed, parent)
+        check("leaf", {"publish.via.partition.root": "false"}, partition)
     finally:
         with pg_connect(kafka_up) as conn:
             conn.execute(f"DROP PUBLICATION IF EXISTS {publication}")
