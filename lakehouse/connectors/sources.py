@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lakehouse.connectors.debezium import postgres_connector_config, put_connector
-from lakehouse.connectors.partitions import check_partition_root
+from lakehouse.connectors.publication import check_publication
 from lakehouse.connectors.scales import check_decimal_scales
 from lakehouse.connectors.units import check_time_units
 from lakehouse.connectors.unsent import check_unsent
@@ -52,6 +52,6 @@ def apply_source(settings: Settings, source_name: str) -> str:
     check_decimal_scales(settings, source_name)  # before a row streams
     check_time_units(settings, source_name)
     check_unsent(settings, source_name)
-    check_partition_root(settings, source_name, config)
+    check_publication(settings, source_name, config)
     put_connector(settings, name, config)
     return name

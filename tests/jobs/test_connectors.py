@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse.connectors.debezium import delete_connector, publication_name
-from lakehouse.connectors.partitions import check_partition_root
+from lakehouse.connectors.publication import check_publication
 from lakehouse.connectors.rest import connector_url, http
 from lakehouse.connectors.scales import check_decimal_scales, declared_decimals
 from lakehouse.connectors.sources import connector_config
@@ -454,24 +454,25 @@ def test_a_silver_column_the_connector_would_never_send_is_refused(
             conn.execute(f"DROP TYPE IF EXISTS {pair}")
 
 
-def test_a_partitioned_table_whose_changes_would_not_be_published_as_its_own_is_refused(
+def test_a_table_whose_changes_the_publication_would_not_send_as_its_own_is_refused(
     kafka_up: Settings, tmp_path: Path
 ) -> None:
     """The connectors publish a partitioned table's changes via its root (else the connector
     drops them: tests/silver/test_cdc_partitioned.py). A config that turns that off, or a
-    publication the user manages that does not do it, is refused before anything streams; a
-    table that is not partitioned is not affected."""
+    publication the user manages that does not do it, is refused before anything streams, as
+    is a table such a publication does not publish as itself and a partition a publication of
+    all tables publishes as its root; a partition captured by its own name is not affected."""
     table = f"t_{uuid.uuid4().hex[:8]}"
     source, prefix = f"cdc_{table}", f"p{table[-8:]}"
     publication = publication_name(f"{table}_slot")
 
     def check(path: str, config: dict[str, str], tables: list[str]) -> None:
-        """check_partition_root with the config `apply` would give the connector."""
+        """check_publication with the config `apply` would give the connector."""
         connector = {"topic_prefix": prefix, "tables": tables, "config": config}
         overlay = one_table(table, connector, "id INT, day DATE")
         settings = load_settings("test", conf_overlay(tmp_path / path, overlay))
         _, applied = connector_config(settings, source, settings.sources[source])
-        check_partition_root(settings, source, applied)
+        check_publication(settings, source, applied)
 
     managed = {
         "publication.autocreate.mode": "disabled",
@@ -515,10 +516,38 @@ def test_a_partitioned_table_whose_changes_would_not_be_published_as_its_own_is_
             conn.execute(f"ALTER PUBLICATION {publication} SET (publish_via_partition_root = true)")
         check("via_root", managed, parent)
         check("leaf", {"publish.via.partition.root": "false"}, partition)
+
+        # A managed publication must publish each captured table as itself: the partition
+        # it publishes as its root, and a table it lacks, would receive no change.
+        with pytest.raises(UsageError) as as_root:
+            check("as_root", managed, partition)
+        assert str(as_root.value) == (
+            f"sources.{source}.connector: publication {publication} does not publish "
+            f"public.{table}_p as itself: the connector would receive none of its changes "
+            f"(only the snapshot would arrive). Run ALTER PUBLICATION {publication} ADD TABLE "
+            f"public.{table}_p in PostgreSQL, or capture the partitioned table it belongs to"
+        )
+        with pg_connect(kafka_up) as conn:
+            conn.execute(f"CREATE TABLE public.{table}_other (id int PRIMARY KEY)")
+        with pytest.raises(UsageError) as absent:
+            check("absent", managed, [*parent, f"public.{table}_other"])
+        assert f"does not publish public.{table}_other as itself" in str(absent.value)
+        # A publication of all tables via the root sends a partition's changes as its root.
+        with pytest.raises(UsageError) as all_tables:
+            check("all_tables", {"publication.autocreate.mode": "all_tables"}, partition)
+        assert str(all_tables.value) == (
+            f"sources.{source}.connector: public.{table}_p is a partition: a publication of "
+            "all tables publishing via the root sends its changes as its partitioned table, "
+            "which the connector drops (only the snapshot would arrive). Capture the "
+            "partitioned table, or set publication.autocreate.mode: filtered"
+        )
+        # Accepted: a partition the lakehouse's own (filtered) publication names.
+        check("filtered_leaf", {}, partition)
     finally:
         with pg_connect(kafka_up) as conn:
             conn.execute(f"DROP PUBLICATION IF EXISTS {publication}")
             conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+            conn.execute(f"DROP TABLE IF EXISTS public.{table}_other")
 
 
 @pytest.mark.pure
