@@ -1,4 +1,5 @@
-"""What the benchmarks share: CPU accounting of the local-mode driver and a Kafka preload.
+"""What the benchmarks share: CPU accounting of the local-mode driver, a Kafka preload, and
+the shipped Spark settings the test overlay changes.
 
 Imported by the scripts next to it (`python bench/NAME.py` puts this directory on sys.path).
 """
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lakehouse.core.settings import Settings
+
+# The benches run on the test services (`--env test`), whose overlay turns adaptive execution
+# off for the suite's speed on tables of a few rows: a bench measures the shipped settings.
+SHIPPED_SPARK = {"spark.sql.adaptive.enabled": "true"}
 
 
 def jvm_pid(spark: SparkSession) -> int:

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchlib import cpu_seconds, jvm_pid, preload
+from benchlib import SHIPPED_SPARK, cpu_seconds, jvm_pid, preload
 
 from lakehouse.bronze.ingest import IngestOptions, bronze_path, ingest
 from lakehouse.core import kafka
@@ -192,7 +192,10 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-bronze-")
     settings = load_settings(
         "test",
-        overrides={"storage.root": work, "spark.conf": {"spark.driver.memory": args.driver_memory}},
+        overrides={
+            "storage.root": work,
+            "spark.conf": {**SHIPPED_SPARK, "spark.driver.memory": args.driver_memory},
+        },
     )
     start_kafka(settings)
     topic = f"bench-{uuid.uuid4().hex[:8]}"

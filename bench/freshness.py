@@ -44,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the tests' conf overlay and Debezium table fixtures
 
+from benchlib import SHIPPED_SPARK  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
@@ -313,7 +314,7 @@ def main() -> None:
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
 
-    base = load_settings("test")
+    base = load_settings("test", overrides={"spark.conf": SHIPPED_SPARK})
     work = Path(tempfile.mkdtemp(prefix="freshness-"))
     spark = build_session(base, "bench-freshness")
     with debezium_table(base, [CUSTOMER_DDL]) as table:
@@ -322,7 +323,8 @@ def main() -> None:
         kafka.ensure_topic(base.kafka, topic, partitions=2)
         ingest_every = args.ingest_interval or args.interval
         conf_dict = pipeline_conf(names, topic, table.topic, ingest_every, args.gold_interval)
-        conf = conf_overlay(work, conf_dict)
+        # The jobs read the overlay: the shipped Spark settings go in it.
+        conf = conf_overlay(work, {**conf_dict, "spark": {"conf": SHIPPED_SPARK}})
         settings = load_settings("test", conf, {"storage.root": str(work / "lake")})
         jobs = pipeline_jobs(names, work / "logs", args.interval, args.move_interval)
         chosen = [jobs[0], jobs[2]] if args.orders_only else jobs[:4] if args.lean else jobs

@@ -41,6 +41,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyspark.errors.utils as pyspark_errors
+from benchlib import SHIPPED_SPARK
 from silver_expectations import SCHEMA, SOURCE, event, rule
 
 from lakehouse.bronze.ingest import IngestOptions, ingest
@@ -183,7 +184,7 @@ def main() -> None:
     args = parser.parse_args()
 
     work = tempfile.mkdtemp(prefix="bench-refine-batches-")
-    settings = load_settings("test", overrides={"storage.root": work})
+    settings = load_settings("test", overrides={"storage.root": work, "spark.conf": SHIPPED_SPARK})
     kafka_was_running = kafka_status(settings).startswith("running")
     start_kafka(settings)
     topic = f"bench-{uuid.uuid4().hex[:8]}"

@@ -28,7 +28,7 @@ from dataclasses import replace
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from benchlib import preload
+from benchlib import SHIPPED_SPARK, preload
 from same_promises import rows_of
 from silver_expectations import PARTITIONS, SOURCE, event
 from silver_refine import silver_table
@@ -94,7 +94,11 @@ def main() -> None:
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-refine-checks-")
     settings = load_settings(
-        "test", overrides={"storage.root": work, "spark.conf": {"spark.driver.memory": "4g"}}
+        "test",
+        overrides={
+            "storage.root": work,
+            "spark.conf": {**SHIPPED_SPARK, "spark.driver.memory": "4g"},
+        },
     )
     kafka_was_running = kafka_status(settings).startswith("running")
     start_kafka(settings)

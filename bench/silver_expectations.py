@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from benchlib import cpu_seconds, jvm_pid, preload
+from benchlib import SHIPPED_SPARK, cpu_seconds, jvm_pid, preload
 
 from lakehouse.bronze.ingest import IngestOptions, ingest
 from lakehouse.core import kafka
@@ -197,7 +197,10 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-silver-exp-")
     settings = load_settings(
         "test",
-        overrides={"storage.root": work, "spark.conf": {"spark.driver.memory": args.driver_memory}},
+        overrides={
+            "storage.root": work,
+            "spark.conf": {**SHIPPED_SPARK, "spark.driver.memory": args.driver_memory},
+        },
     )
     kafka_was_running = kafka_status(settings).startswith("running")
     start_kafka(settings)

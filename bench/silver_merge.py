@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchlib import cpu_seconds, jvm_pid
+from benchlib import SHIPPED_SPARK, cpu_seconds, jvm_pid
 
 from lakehouse.core import current, tables
 from lakehouse.core.settings import load_settings
@@ -300,7 +300,10 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-merge-")
     settings = load_settings(
         "test",
-        overrides={"storage.root": work, "spark.conf": {"spark.driver.memory": args.driver_memory}},
+        overrides={
+            "storage.root": work,
+            "spark.conf": {**SHIPPED_SPARK, "spark.driver.memory": args.driver_memory},
+        },
     )
     spark = build_session(settings, "bench-silver-merge")
     pid = jvm_pid(spark)

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from benchlib import cpu_seconds, jvm_pid, preload
+from benchlib import SHIPPED_SPARK, cpu_seconds, jvm_pid, preload
 from bronze_ingest import envelope, envelope_key
 from same_promises import promises_append
 from silver_expectations import MAX_OFFSETS_PER_TRIGGER, PARTITIONS, SCHEMA, SOURCE, event
@@ -246,7 +246,10 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-silver-refine-")
     settings = load_settings(
         "test",
-        overrides={"storage.root": work, "spark.conf": {"spark.driver.memory": args.driver_memory}},
+        overrides={
+            "storage.root": work,
+            "spark.conf": {**SHIPPED_SPARK, "spark.driver.memory": args.driver_memory},
+        },
     )
     kafka_was_running = kafka_status(settings).startswith("running")
     start_kafka(settings)

@@ -58,7 +58,7 @@ def check_publication(settings: Settings, source_name: str, config: Mapping[str,
     if partitioned:
         _check_via_root(settings, where, ", ".join(partitioned), config)
     if user_managed(config):
-        _check_published(settings, where, [row[0] for row in captured], config)
+        _check_published(settings, where, {row[0]: row[2] for row in captured}, config)
         return
     partitions = [row[0] for row in captured if row[2]]
     all_tables = config.get("publication.autocreate.mode") == "all_tables"
@@ -87,20 +87,25 @@ def _check_via_root(settings: Settings, where: str, names: str, config: Mapping[
 
 
 def _check_published(
-    settings: Settings, where: str, captured: list[str], config: Mapping[str, str]
+    settings: Settings, where: str, captured: Mapping[str, bool], config: Mapping[str, str]
 ) -> None:
-    """A publication the user manages must publish each captured table as itself: PostgreSQL
-    sends nothing for a table it lacks, and a partition's changes as its partitioned table
-    when that is in it too (via the root), which the connector drops."""
+    """A publication the user manages must publish each captured table (name: whether it is
+    a partition) as itself: PostgreSQL sends nothing for a table it lacks, and a partition's
+    changes as its partitioned table when that is in it too (via the root), which the
+    connector drops."""
     publication = configured_publication(config)
     if publication_via_root(settings, publication) is None:
         return  # none yet: the connector fails to start, naming it
     (published,) = fetch(settings, "to read the publication", (_PUBLISHED, (publication,)))
     names = {row[0].lower() for row in published}
-    if missing := [t for t in captured if t.lower() not in names]:
-        raise UsageError(
-            f"{where}: publication {publication} does not publish {', '.join(missing)} as "
-            "itself: the connector would receive none of its changes (only the snapshot would "
-            f"arrive). Run ALTER PUBLICATION {publication} ADD TABLE {', '.join(missing)} in "
-            "PostgreSQL, or capture the partitioned table it belongs to"
-        )
+    missing = [t for t in captured if t.lower() not in names]
+    if not missing:
+        return
+    tables = ", ".join(missing)
+    fix = f"Run ALTER PUBLICATION {publication} ADD TABLE {tables} in PostgreSQL"
+    if any(captured[t] for t in missing):
+        fix += ", or capture the partitioned table it belongs to"
+    raise UsageError(
+        f"{where}: publication {publication} does not publish {tables} as itself: the "
+        f"connector would receive none of its changes (only the snapshot would arrive). {fix}"
+    )
