@@ -238,9 +238,10 @@ def _coerce(hint: Any, value: Any, origin: Mapping[str, str], dotted: str) -> An
             return {str(k): build(item, v, origin, f"{dotted}.{k}.") for k, v in value.items()}
         if item is Any:  # free-form arguments (e.g. an expectation's kwargs): YAML types kept
             return {str(k): v for k, v in value.items()}
+        options = {str(k): _option_text(v, origin, f"{dotted}.{k}") for k, v in value.items()}
         if item == str | Secret:  # options that may hold references: resolved when used
-            return {str(k): _maybe_secret(str(v), place, f"{dotted}.{k}") for k, v in value.items()}
-        return {str(k): interpolate(str(v), place, f"{dotted}.{k}") for k, v in value.items()}
+            return {k: _maybe_secret(v, place, f"{dotted}.{k}") for k, v in options.items()}
+        return {k: interpolate(v, place, f"{dotted}.{k}") for k, v in options.items()}
     if kind is tuple and _is_dataclass(typing.get_args(hint)[0]):
         if not isinstance(value, list):
             raise SettingsError(f"{place}: '{dotted}' must be a list of mappings, got {value!r}")
@@ -252,6 +253,28 @@ def _coerce(hint: Any, value: Any, origin: Mapping[str, str], dotted: str) -> An
             raise SettingsError(f"{place}: '{dotted}' must be a list, got {value!r}")
         return tuple(str(item).strip() for item in items if str(item).strip())
     raise SettingsError(f"{dotted}: unsupported settings type {hint}")  # pragma: no cover
+
+
+def _option_text(value: Any, origin: Mapping[str, str], dotted: str) -> str:
+    """An option's value as the text its consumer (Spark, Kafka, Kafka Connect) parses: a YAML
+    boolean as `true`/`false`. A mapping or list is refused: it is an option's name split at
+    its dots (`spark.sql.x` in an environment variable), which would pass on as a printed
+    mapping under the name's first part, and its consumer would never see the option."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping | list):
+        leaf, node = dotted, value
+        while isinstance(node, Mapping) and node:  # the first key some file or variable set
+            key, node = next(iter(node.items()))
+            leaf = f"{leaf}.{key}"
+        place = where(origin, leaf)
+        kind = "a mapping" if isinstance(value, Mapping) else "a list"
+        raise SettingsError(
+            f"{place}: '{dotted}' must be a value (a string, number or boolean), got {kind}: "
+            "write the option's whole dotted name as one key in a YAML file (an environment "
+            "variable splits it at its dots)"
+        )
+    return str(value)
 
 
 def _is_dataclass(hint: Any) -> bool:

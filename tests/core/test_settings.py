@@ -112,6 +112,36 @@ def test_wrong_type_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyP
         load_settings("dev", conf_dir=write_conf(tmp_path, BASE))
 
 
+def test_an_option_split_at_its_dots_is_refused_not_passed_on_as_a_printed_mapping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An environment variable splits an option's name at its dots (`spark.sql.x` under
+    `spark.conf` arrived as the option `spark` = "{'sql': ...}", and Spark never saw it); a
+    YAML mapping under an option does the same. Both are refused, naming the key."""
+    monkeypatch.setenv("LAKEHOUSE__SPARK__CONF__SPARK__SQL__ADAPTIVE__ENABLED", "false")
+    with pytest.raises(SettingsError) as from_env:
+        load_settings("dev", conf_dir=write_conf(tmp_path / "env", BASE))
+    assert str(from_env.value) == (
+        "environment variable LAKEHOUSE__SPARK__CONF__SPARK__SQL__ADAPTIVE__ENABLED: "
+        "'spark.conf.spark' must be a "
+        "value (a string, number or boolean), got a mapping: write the option's whole dotted "
+        "name as one key in a YAML file (an environment variable splits it at its dots)"
+    )
+    monkeypatch.delenv("LAKEHOUSE__SPARK__CONF__SPARK__SQL__ADAPTIVE__ENABLED")
+    nested = "kafka:\n  options:\n    security:\n      protocol: SSL\n"
+    with pytest.raises(SettingsError) as from_yaml:
+        load_settings("dev", conf_dir=write_conf(tmp_path / "yaml", BASE, nested))
+    assert str(from_yaml.value) == (
+        "conf/dev/lakehouse.yml: 'kafka.options.security' must be a value (a string, number "
+        "or boolean), got a mapping: write the option's whole dotted name as one key in a YAML "
+        "file (an environment variable splits it at its dots)"
+    )
+    # A whole name loads, a YAML boolean as the text Spark and Kafka parse.
+    whole = "spark:\n  conf:\n    spark.sql.adaptive.enabled: false\n    spark.x: 2\n"
+    loaded = load_settings("dev", conf_dir=write_conf(tmp_path / "whole", BASE, whole))
+    assert loaded.spark.conf == {"spark.sql.adaptive.enabled": "false", "spark.x": "2"}
+
+
 def test_missing_secret_names_variable_and_fix_when_it_is_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
