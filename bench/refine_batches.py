@@ -7,6 +7,7 @@ the Python call site PySpark 4 records for every DataFrame function call.
     .venv/bin/python bench/refine_batches.py --batches 100 --rows 50 --rounds 2 --compare compaction
     .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare guard
     .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare key-filter
+    .venv/bin/python bench/refine_batches.py --batches 30 --rows 50 --rounds 4 --compare adaptive
 
 A continuous pipeline runs many small batches, so their fixed cost, not throughput, sets its
 freshness (bench/README.md, "Where a refine batch's time goes"). `--batches` commits of
@@ -130,6 +131,20 @@ def key_filter(on: bool) -> Callable[[], None]:
     return setup
 
 
+def adaptive(on: bool) -> Callable[[], None]:
+    """Adaptive query execution on (the shipped setting) or off, for the next run's stream
+    (which takes the session's settings when it starts)."""
+
+    def setup() -> None:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        assert active is not None, "the bench's session runs"
+        active.conf.set("spark.sql.adaptive.enabled", "true" if on else "false")
+
+    return setup
+
+
 APPLY_SCD1 = scd1.apply_scd1
 REPLAYED = Plan.records
 VARIANTS: dict[str, dict[str, Callable[[], None]]] = {
@@ -138,6 +153,7 @@ VARIANTS: dict[str, dict[str, Callable[[], None]]] = {
     "guard": {"look-up every batch": guarded(True), "first batch checked": guarded(False)},
     "compaction": {"never compacted": compaction(0), "compacted every 10": compaction(10)},
     "key-filter": {"key filter": key_filter(True), "no key filter": key_filter(False)},
+    "adaptive": {"adaptive on": adaptive(True), "adaptive off": adaptive(False)},
 }
 
 
@@ -179,7 +195,8 @@ def main() -> None:
         "built afresh or replayed (Plan.records); compaction: silver never compacted or "
         "every 10 commits (storage.compact_every); guard: the quarantine and metrics appends "
         "with Delta's transaction look-up each, or checked by the first batch only; "
-        "key-filter: the MERGE with or without its Bloom filter of the batch's keys",
+        "key-filter: the MERGE with or without its Bloom filter of the batch's keys; "
+        "adaptive: adaptive query execution on (shipped) or off",
     )
     args = parser.parse_args()
 
