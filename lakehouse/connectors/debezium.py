@@ -169,7 +169,8 @@ def _publish_as_configured(settings: Settings, config: Mapping[str, str]) -> Non
     says. Debezium sets it only on a publication it creates, and only adds or removes tables
     of one that exists: a publication made before the option was on kept publishing a
     partitioned table's changes as its partitions, and the connector kept dropping them. A
-    publication the user manages (`publication.autocreate.mode: disabled`) is left alone."""
+    publication the user manages (`publication.autocreate.mode: disabled` or `no_tables`) is
+    left alone."""
     if user_managed(config):
         return
     publication, wanted = configured_publication(config), publishes_via_root(config)
@@ -190,7 +191,9 @@ def configured_publication(config: Mapping[str, str]) -> str:
 
 
 def user_managed(config: Mapping[str, str]) -> bool:
-    return config.get("publication.autocreate.mode", "all_tables") == "disabled"
+    """Whether the user decides what the publication holds: `disabled` (they create it) or
+    `no_tables` (Debezium creates it empty, they add the tables)."""
+    return config.get("publication.autocreate.mode", "all_tables") in ("disabled", "no_tables")
 
 
 def publishes_via_root(config: Mapping[str, str]) -> bool:

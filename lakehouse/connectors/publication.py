@@ -6,10 +6,10 @@ include list does not name (the parent): only the snapshot arrives, every change
 lost without a trace (tests/silver/test_cdc_partitioned.py). The lakehouse's connectors
 publish via the root (`lakehouse.connectors.debezium`), so `lakehouse connectors apply`
 refuses a captured partitioned table when a connector's config turns that off, or when the
-publication the user manages (`publication.autocreate.mode: disabled`) does not do it. It
-also refuses a captured table such a publication does not publish as itself (absent, or a
-partition published as its root), and a partition captured by its own name while a
-publication of all tables publishes via the root."""
+publication the user manages (`publication.autocreate.mode: disabled` or `no_tables`) does
+not do it. It also refuses a captured table such a publication does not publish as itself
+(absent, or a partition published as its root), and a partition captured by its own name
+while a publication of all tables publishes via the root."""
 
 from __future__ import annotations
 

@@ -527,6 +527,10 @@ def test_a_table_whose_changes_the_publication_would_not_send_as_its_own_is_refu
             f"(only the snapshot would arrive). Run ALTER PUBLICATION {publication} ADD TABLE "
             f"public.{table}_p in PostgreSQL, or capture the partitioned table it belongs to"
         )
+        # Debezium's `no_tables` mode leaves what the publication holds to the user too.
+        with pytest.raises(UsageError) as no_tables:
+            check("no_tables", {**managed, "publication.autocreate.mode": "no_tables"}, partition)
+        assert str(no_tables.value) == str(as_root.value)
         with pg_connect(kafka_up) as conn:
             conn.execute(f"CREATE TABLE public.{table}_other (id int PRIMARY KEY)")
         with pytest.raises(UsageError) as absent:
