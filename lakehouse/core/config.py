@@ -267,12 +267,15 @@ def _option_text(value: Any, origin: Mapping[str, str], dotted: str) -> str:
         while isinstance(node, Mapping) and node:  # the first key some file or variable set
             key, node = next(iter(node.items()))
             leaf = f"{leaf}.{key}"
-        place = where(origin, leaf)
-        kind = "a mapping" if isinstance(value, Mapping) else "a list"
+        fix = (
+            "got a mapping: write the option's whole dotted name as one key in a YAML file (an "
+            "environment variable splits it at its dots)"
+            if isinstance(value, Mapping)
+            else "got a list: write it as one string, comma-separated, as the option reads lists"
+        )
         raise SettingsError(
-            f"{place}: '{dotted}' must be a value (a string, number or boolean), got {kind}: "
-            "write the option's whole dotted name as one key in a YAML file (an environment "
-            "variable splits it at its dots)"
+            f"{where(origin, leaf)}: '{dotted}' must be a value (a string, number or boolean), "
+            f"{fix}"
         )
     return str(value)
 

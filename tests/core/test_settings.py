@@ -136,6 +136,13 @@ def test_an_option_split_at_its_dots_is_refused_not_passed_on_as_a_printed_mappi
         "or boolean), got a mapping: write the option's whole dotted name as one key in a YAML "
         "file (an environment variable splits it at its dots)"
     )
+    listed = "spark:\n  conf:\n    spark.jars:\n      - a.jar\n      - b.jar\n"
+    with pytest.raises(SettingsError) as a_list:
+        load_settings("dev", conf_dir=write_conf(tmp_path / "list", BASE, listed))
+    assert str(a_list.value) == (
+        "conf/dev/lakehouse.yml: 'spark.conf.spark.jars' must be a value (a string, number or "
+        "boolean), got a list: write it as one string, comma-separated, as the option reads lists"
+    )
     # A whole name loads, a YAML boolean as the text Spark and Kafka parse.
     whole = "spark:\n  conf:\n    spark.sql.adaptive.enabled: false\n    spark.x: 2\n"
     loaded = load_settings("dev", conf_dir=write_conf(tmp_path / "whole", BASE, whole))
